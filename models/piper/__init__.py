@@ -1,0 +1,1 @@
+"""Piper (VITS) voices, split at the decoder input so they stream."""

@@ -1,0 +1,82 @@
+"""Load a Piper voice as the two streaming stages."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+from piper.config import PiperConfig
+
+from models.base import Capabilities, LoadedModel, VoiceInfo, parse_options
+from models.piper.acoustic import PiperAcoustic
+from models.piper.frontend import PiperFrontend
+from models.piper.options import PiperOptions
+from models.piper.split import split_voice
+from models.piper.vocoder import PiperVocoder
+
+
+def voice_files(options: PiperOptions, checkpoint: Path | None) -> tuple[Path, Path]:
+    if checkpoint is not None or options.voice_path is not None:
+        model = Path(checkpoint or options.voice_path)  # type: ignore[arg-type]
+        if model.is_dir():
+            candidates = sorted(model.glob("*.onnx"))
+            if not candidates:
+                raise FileNotFoundError(f"no .onnx voice in {model}")
+            model = candidates[0]
+        config = Path(f"{model}.json")
+        for path in (model, config):
+            if not path.is_file():
+                raise FileNotFoundError(f"Piper voice file missing: {path}")
+        return model, config
+    package = importlib.import_module(options.voice_package)
+    return Path(package.model_path()), Path(package.config_path())
+
+
+def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
+    options = parse_options(PiperOptions, raw_options, "model")
+    model_path, config_path = voice_files(options, checkpoint)
+    config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+    graphs = split_voice(model_path)
+
+    session_options = ort.SessionOptions()
+    if options.threads:
+        session_options.intra_op_num_threads = options.threads
+    providers = ["CPUExecutionProvider"]
+    acoustic_session = ort.InferenceSession(graphs.acoustic, session_options, providers=providers)
+    decoder_session = ort.InferenceSession(graphs.decoder, session_options, providers=providers)
+
+    language = (config.espeak_voice or "en").split("-")[0]
+    capabilities = Capabilities(
+        family="piper",
+        sample_rate=config.sample_rate,
+        samples_per_frame=config.hop_length,
+        voices=(VoiceInfo(options.voice_name, language, f"Piper voice {model_path.stem}"),),
+        languages=(language,),
+        streaming_text=False,
+        supports_speed=True,
+    )
+    scales = (
+        config.noise_scale if options.noise_scale is None else options.noise_scale,
+        config.length_scale if options.length_scale is None else options.length_scale,
+        config.noise_w_scale if options.noise_w_scale is None else options.noise_w_scale,
+    )
+    acoustic = PiperAcoustic(
+        acoustic_session,
+        graphs.latent_name,
+        PiperFrontend(config),
+        capabilities,
+        scales,
+        options.max_contexts,
+    )
+    vocoder = PiperVocoder(
+        decoder_session,
+        graphs.latent_name,
+        config.sample_rate,
+        config.hop_length,
+        options.context_frames,
+    )
+    return LoadedModel(ar=acoustic, vocoder=vocoder)

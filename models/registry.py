@@ -1,0 +1,36 @@
+"""Family name -> lazy import string of its ``load`` entry point.
+
+Importing a family pulls in heavy dependencies (onnxruntime, torch), so the
+server resolves only the family it serves. A new family is one line here, a
+folder in ``models/`` and a YAML in ``configs/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from models.base import LoadedModel
+
+FAMILIES: dict[str, str] = {
+    "piper": "models.piper.loader:load",
+    "tiny": "models.tiny.model:load",
+    "qwen3_tts": "models.qwen3_tts.loader:load",
+}
+
+Loader = Callable[[Mapping[str, Any], Path | None], LoadedModel]
+
+
+def resolve(family: str) -> Loader:
+    """Return the ``load(options, checkpoint_dir)`` function of ``family``."""
+    try:
+        target = FAMILIES[family]
+    except KeyError:
+        raise ValueError(
+            f"unknown model family {family!r}; known families: {', '.join(sorted(FAMILIES))}"
+        ) from None
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr)
