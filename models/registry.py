@@ -34,3 +34,21 @@ def resolve(family: str) -> Loader:
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
     return getattr(module, attr)
+
+
+def detect_config(checkpoint: Path) -> str:
+    """Name of the config in ``configs/`` for a checkpoint directory or file."""
+    if checkpoint.suffix == ".onnx" or any(checkpoint.glob("*.onnx.json")):
+        return "piper-joe"
+    config = checkpoint / "config.json"
+    if config.is_file():
+        import json
+
+        data = json.loads(config.read_text(encoding="utf-8"))
+        if data.get("model_type") == "qwen3_tts":
+            variant = data.get("tts_model_type", "custom_voice").replace("_", "")
+            return f"qwen3-tts-{variant}"
+    raise ValueError(
+        f"cannot tell the model family of {checkpoint}: expected a Piper .onnx voice or a "
+        "Qwen3-TTS checkpoint (config.json with model_type qwen3_tts); pass --config"
+    )

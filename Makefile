@@ -1,0 +1,46 @@
+# The two commands a newcomer needs: `make serve` and `make test`.
+# Each sets up whatever is missing (system libopus, .venv, Python packages), then runs.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# torch: the pinned CPU build where no GPU is present (nothing downloads gigabytes).
+TORCH := torch==2.13.0
+TORCH_INDEX := $(shell command -v nvidia-smi >/dev/null 2>&1 || echo --extra-index-url https://download.pytorch.org/whl/cpu)
+
+.PHONY: serve test setup system-deps lint bench clean
+
+serve: setup
+	$(VENV)/bin/voiceserver serve --host $(HOST) --port $(PORT)
+
+test: setup
+	$(PY) -m pytest -q
+
+setup: system-deps $(STAMP)
+
+system-deps:
+	@$(PYTHON) -c "import ctypes.util, sys; sys.exit(0 if ctypes.util.find_library('opus') else 1)" \
+		|| ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libopus0)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH) || $(PY) -m pip install -q $(TORCH) $(TORCH_INDEX)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: setup
+	$(PY) -m bench.loadgen --concurrency 1 4 16
+
+clean:
+	rm -rf $(VENV) .venv-ref

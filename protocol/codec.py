@@ -1,0 +1,197 @@
+"""JSON encoding and decoding of protocol messages, with errors mapped to stable codes.
+
+Decoding failures raise :class:`~protocol.errors.ProtocolError`:
+
+- ``invalid_json``: the bytes are not JSON, or the JSON is not an object;
+- ``unknown_type``: ``type`` is missing, not a string, or not a known message type;
+- ``missing_field``: a required field is absent (``param`` is its path);
+- ``unsupported_value``: a value outside an enumerated set (the message lists the
+  allowed values), or values that do not fit together (Opus sample rates);
+- ``invalid_field``: a wrong type or an out-of-range value (``param`` is its path,
+  e.g. ``output_format.sample_rate`` or ``speaker_embedding[3]``).
+
+The error carries the ``event_id`` and ``context_id`` of the rejected message when
+they could be read, so the answer can point at the request that failed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import (
+    CLIENT_MESSAGE_TYPES,
+    SERVER_MESSAGE_TYPES,
+    ClientMessage,
+    ErrorMessage,
+    ServerMessage,
+)
+from protocol.validation import ALLOWED_VALUES, check_client_message, unsupported
+
+_PATH_RE = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_MISSING_RE = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
+_ENUM_RE = re.compile(r"^Invalid enum value (?P<value>.+)$")
+_UNKNOWN_TAG_RE = re.compile(r"^Invalid value (?P<value>.+)$")
+_NOT_OBJECT_RE = re.compile(r"^Expected `object`, got `(?P<got>\w+)`$")
+
+_encoder = msgspec.json.Encoder()
+
+
+def message_tags(types: tuple[type[msgspec.Struct], ...]) -> tuple[str, ...]:
+    """The wire ``type`` strings of tagged Struct classes."""
+    return tuple(str(t.__struct_config__.tag) for t in types)
+
+
+CLIENT_TYPES = message_tags(CLIENT_MESSAGE_TYPES)
+SERVER_TYPES = message_tags(SERVER_MESSAGE_TYPES)
+_client_decoder = msgspec.json.Decoder(ClientMessage)
+_server_decoder = msgspec.json.Decoder(ServerMessage)
+
+
+class _Envelope(msgspec.Struct):
+    """What can still be read from a message that failed validation."""
+
+    type: Any = None
+    event_id: Any = None
+    context_id: Any = None
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+
+
+def decode_client(data: str | bytes) -> ClientMessage:
+    """Decode and validate one client message; raises ProtocolError."""
+    msg = decode_tagged(_client_decoder, data, CLIENT_TYPES)
+    try:
+        check_client_message(msg)
+    except ProtocolError as err:
+        raise err.replace(
+            event_id=msg.event_id, context_id=getattr(msg, "context_id", None)
+        ) from None
+    return msg
+
+
+def decode_server(data: str | bytes) -> ServerMessage:
+    """Decode one server message (client side); raises ProtocolError."""
+    return decode_tagged(_server_decoder, data, SERVER_TYPES)
+
+
+def encode_server(msg: ServerMessage) -> str:
+    """JSON text of a server message."""
+    return _encoder.encode(msg).decode()
+
+
+def encode_client(msg: ClientMessage) -> str:
+    """JSON text of a client message."""
+    return _encoder.encode(msg).decode()
+
+
+def encode_message(msg: msgspec.Struct) -> str:
+    """JSON text of any protocol Struct (used by the compatibility message sets too)."""
+    return _encoder.encode(msg).decode()
+
+
+def error_to_message(err: ProtocolError) -> ErrorMessage:
+    """The ``error`` message that reports ``err``."""
+    return ErrorMessage(
+        code=str(err.code),
+        message=err.message,
+        fatal=err.fatal,
+        param=err.param,
+        event_id=err.event_id,
+        context_id=err.context_id,
+    )
+
+
+def decode_tagged(
+    decoder: msgspec.json.Decoder,
+    data: str | bytes,
+    known_types: tuple[str, ...],
+    allowed: dict[str, tuple[object, ...]] = ALLOWED_VALUES,
+) -> Any:
+    """Decode with a tagged-union ``decoder``, mapping msgspec failures to ProtocolError."""
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        err = validation_error(str(exc), known_types, allowed)
+    except (msgspec.DecodeError, UnicodeEncodeError) as exc:
+        # UnicodeEncodeError: a str holding lone surrogates is not UTF-8 text.
+        err = ProtocolError(ErrorCode.INVALID_JSON, f"message is not valid JSON: {exc}")
+    if err.code is not ErrorCode.INVALID_JSON:
+        err = _annotate(err, data)
+    raise err
+
+
+def validation_error(
+    text: str, known_types: tuple[str, ...], allowed: dict[str, tuple[object, ...]]
+) -> ProtocolError:
+    """Map the text of a msgspec ValidationError to a ProtocolError with a field path."""
+    path = ""
+    detail = text
+    match = _PATH_RE.search(text)
+    if match:
+        path = match.group("path").removeprefix(".")
+        detail = text[: match.start()]
+
+    if not path and (got := _NOT_OBJECT_RE.match(detail)):
+        return ProtocolError(
+            ErrorCode.INVALID_JSON,
+            f"a message must be a JSON object, got {got.group('got')}",
+        )
+    if missing := _MISSING_RE.match(detail):
+        field = missing.group("field")
+        param = f"{path}.{field}" if path else field
+        if param == "type":
+            return ProtocolError(
+                ErrorCode.UNKNOWN_TYPE,
+                f"message has no `type` field; known types: {', '.join(known_types)}",
+                param="type",
+            )
+        return ProtocolError(
+            ErrorCode.MISSING_FIELD, f"missing required field `{param}`", param=param
+        )
+    if path == "type":
+        tag = _UNKNOWN_TAG_RE.match(detail)
+        what = f"unknown message type {tag.group('value')}" if tag else "`type` must be a string"
+        return ProtocolError(
+            ErrorCode.UNKNOWN_TYPE,
+            f"{what}; known types: {', '.join(known_types)}",
+            param="type",
+        )
+    if enum := _ENUM_RE.match(detail):
+        leaf = re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[-1])
+        values = allowed.get(leaf)
+        if values is not None:
+            return unsupported(path, _literal(enum.group("value")), values)
+        return ProtocolError(
+            ErrorCode.UNSUPPORTED_VALUE,
+            f"`{path}`: unsupported value {enum.group('value')}",
+            param=path,
+        )
+    return ProtocolError(
+        ErrorCode.INVALID_FIELD, f"invalid field `{path}`: {detail}", param=path or None
+    )
+
+
+def _literal(shown: str) -> object:
+    """Turn msgspec's repr of a rejected enum value back into the value."""
+    if len(shown) >= 2 and shown[0] == shown[-1] == "'":
+        return shown[1:-1]
+    try:
+        return int(shown)
+    except ValueError:
+        return shown
+
+
+def _annotate(err: ProtocolError, data: str | bytes) -> ProtocolError:
+    try:
+        env = _envelope_decoder.decode(data)
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return err
+    return err.replace(
+        event_id=env.event_id if isinstance(env.event_id, str) else None,
+        context_id=env.context_id if isinstance(env.context_id, str) else None,
+    )

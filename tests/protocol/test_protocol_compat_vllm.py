@@ -1,0 +1,176 @@
+"""The vllm-omni compatibility message set round-trips and validates like vllm-omni's."""
+
+import json
+
+import pytest
+
+from protocol import ErrorCode, ProtocolError
+from protocol.compat_vllm import (
+    VllmAudioChunk,
+    VllmAudioDone,
+    VllmAudioStart,
+    VllmError,
+    VllmInputDone,
+    VllmInputText,
+    VllmSessionClose,
+    VllmSessionConfig,
+    VllmSessionDone,
+    VllmWordTimestamp,
+    decode_vllm_client,
+    decode_vllm_server,
+    encode_vllm_client,
+    encode_vllm_server,
+    vllm_error,
+)
+
+CLIENT = [
+    VllmSessionConfig(),
+    VllmSessionConfig(
+        model="Qwen/Qwen3-TTS",
+        voice="vivian",
+        task_type="CustomVoice",
+        language="English",
+        instructions="calm",
+        response_format="pcm",
+        speed=1.0,
+        max_new_tokens=2048,
+        initial_codec_chunk_frames=2,
+        non_streaming_mode=False,
+        ref_audio="data:audio/wav;base64,UklGRg==",
+        ref_text="ref",
+        x_vector_only_mode=True,
+        speaker_embedding=[0.1, 0.2],
+        stream_audio=True,
+        word_timestamps=True,
+        seed=-5,
+        split_granularity="sentence",
+    ),
+    VllmInputText(text="Hello "),
+    VllmInputDone(),
+    VllmSessionClose(),
+]
+
+SERVER = [
+    VllmAudioStart(utterance_index=0, sentence_index=0, sentence_text="Hi.", format="wav"),
+    VllmAudioStart(
+        utterance_index=1,
+        sentence_index=2,
+        sentence_text="Hi.",
+        format="pcm",
+        sample_rate=24000,
+        channels=1,
+        word_timestamps=True,
+    ),
+    VllmAudioChunk(
+        utterance_index=0,
+        sentence_index=0,
+        chunk_id=0,
+        chunk_start_ms=0,
+        chunk_end_ms=80,
+        sample_rate=24000,
+        channels=1,
+        audio_b64="AAA=",
+        timestamps=None,
+    ),
+    VllmAudioChunk(
+        utterance_index=0,
+        sentence_index=0,
+        chunk_id=1,
+        chunk_start_ms=0,
+        chunk_end_ms=80,
+        sample_rate=24000,
+        channels=1,
+        audio_b64="",
+        timestamps=[VllmWordTimestamp(word="Hi", start_ms=0, end_ms=79.5)],
+    ),
+    VllmAudioDone(utterance_index=0, sentence_index=0, total_bytes=3840, error=False),
+    VllmSessionDone(utterance_index=0, total_sentences=1),
+    VllmError(message="Invalid JSON message"),
+    VllmError(message="Generation failed", partial_audio=True, action="discard"),
+]
+
+
+@pytest.mark.parametrize("msg", CLIENT, ids=repr)
+def test_client_round_trip(msg):
+    assert decode_vllm_client(encode_vllm_client(msg)) == msg
+
+
+@pytest.mark.parametrize("msg", SERVER, ids=repr)
+def test_server_round_trip(msg):
+    assert decode_vllm_server(encode_vllm_server(msg)) == msg
+
+
+def test_defaults_match_vllm_omni():
+    cfg = decode_vllm_client('{"type":"session.config"}')
+    assert (cfg.response_format, cfg.speed, cfg.stream_audio, cfg.word_timestamps) == (
+        "wav",
+        1.0,
+        False,
+        False,
+    )
+    assert cfg.split_granularity == "none"
+    assert decode_vllm_client('{"type":"input.text"}') == VllmInputText(text="")
+
+
+def test_speaker_is_an_alias_of_voice():
+    cfg = decode_vllm_client('{"type":"session.config","speaker":"ryan"}')
+    assert cfg.effective_voice == "ryan"
+    cfg = decode_vllm_client('{"type":"session.config","speaker":"ryan","voice":"vivian"}')
+    assert cfg.effective_voice == "vivian"
+
+
+def test_audio_done_always_carries_total_bytes_and_error():
+    assert json.loads(encode_vllm_server(VllmAudioDone(utterance_index=0, sentence_index=1))) == {
+        "type": "audio.done",
+        "utterance_index": 0,
+        "sentence_index": 1,
+        "total_bytes": 0,
+        "error": False,
+    }
+    # Optional audio.start fields stay out unless set, as vllm-omni sends them.
+    assert set(json.loads(encode_vllm_server(SERVER[0]))) == {
+        "type",
+        "utterance_index",
+        "sentence_index",
+        "sentence_text",
+        "format",
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "param"),
+    [
+        ("not json", ErrorCode.INVALID_JSON, None),
+        ('{"type":"context.create"}', ErrorCode.UNKNOWN_TYPE, "type"),
+        ('{"type":"input.text","text":5}', ErrorCode.INVALID_FIELD, "text"),
+        ('{"type":"session.config","speed":5}', ErrorCode.INVALID_FIELD, "speed"),
+        ('{"type":"session.config","speed":0.1}', ErrorCode.INVALID_FIELD, "speed"),
+        ('{"type":"session.config","max_new_tokens":0}', ErrorCode.INVALID_FIELD, "max_new_tokens"),
+        (
+            '{"type":"session.config","response_format":"ogg"}',
+            ErrorCode.UNSUPPORTED_VALUE,
+            "response_format",
+        ),
+        ('{"type":"session.config","task_type":"Clone"}', ErrorCode.UNSUPPORTED_VALUE, "task_type"),
+        (
+            '{"type":"session.config","split_granularity":"word"}',
+            ErrorCode.UNSUPPORTED_VALUE,
+            "split_granularity",
+        ),
+        ('{"type":"session.config","stream_audio":"yes"}', ErrorCode.INVALID_FIELD, "stream_audio"),
+    ],
+)
+def test_client_errors(data, code, param):
+    with pytest.raises(ProtocolError) as info:
+        decode_vllm_client(data)
+    assert info.value.code is code
+    assert info.value.param == param
+
+
+def test_unknown_fields_are_ignored():
+    assert decode_vllm_client('{"type":"input.done","x":1}') == VllmInputDone()
+
+
+def test_vllm_error_text_carries_the_code():
+    err = ProtocolError(ErrorCode.INVALID_JSON, "bad")
+    assert vllm_error(err) == VllmError(message="invalid_json: bad")

@@ -1,0 +1,65 @@
+"""Run the real server (uvicorn, real sockets) in a background thread for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from voiceserver.app import create_app
+from voiceserver.config import ModelConfig, ServerConfig
+
+
+@dataclass
+class RunningServer:
+    host: str
+    port: int
+    app: object
+
+    @property
+    def http(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://{self.host}:{self.port}/v1/audio/speech/ws"
+
+    @property
+    def runtime(self):  # type: ignore[no-untyped-def]
+        return self.app.state.runtime  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def run_server(model_config: ModelConfig, server_config: ServerConfig | None = None) -> Iterator[RunningServer]:
+    server_config = server_config or ServerConfig()
+    app = create_app(server_config, model_config)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        ws_max_size=server_config.limits.max_message_bytes,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.02)
+    try:
+        yield RunningServer("127.0.0.1", port, app)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()

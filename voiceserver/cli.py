@@ -1,0 +1,93 @@
+"""``voiceserver serve`` runs the server; ``voiceserver say`` is the client's CLI."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--option expects KEY=VALUE, got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def serve(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="voiceserver serve", description="Run the voice server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="model config name in configs/ or a YAML path (default: piper-joe)",
+    )
+    parser.add_argument("--model", type=Path, default=None, help="checkpoint directory")
+    parser.add_argument(
+        "--option", action="append", default=[], help="override a model option: KEY=VALUE"
+    )
+    parser.add_argument("--api-key", action="append", default=[], help="accept this bearer key")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    from voiceserver.app import create_app
+    from voiceserver.config import (
+        DEFAULT_MODEL_CONFIG,
+        ServerConfig,
+        config_for_checkpoint,
+        load_model_config,
+        with_checkpoint,
+    )
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    overrides = _overrides(args.option)
+    if args.config is None and args.model is not None:
+        model_config = config_for_checkpoint(args.model, overrides)
+    else:
+        model_config = load_model_config(args.config or DEFAULT_MODEL_CONFIG, overrides)
+    model_config = with_checkpoint(model_config, args.model)
+    server = ServerConfig(host=args.host, port=args.port, api_keys=tuple(args.api_key))
+    app = create_app(server, model_config)
+    uvicorn.run(
+        app,
+        host=server.host,
+        port=server.port,
+        log_level=args.log_level,
+        ws_max_size=server.limits.max_message_bytes,
+        ws_ping_interval=20,
+        ws_ping_timeout=20,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(
+            "usage: voiceserver {serve,say} ...\n  serve  run the server\n  say    synthesize text through a running server"
+        )
+        return
+    command, rest = argv[0], argv[1:]
+    if command == "serve":
+        serve(rest)
+    elif command == "say":
+        from voiceclient.say import main as say_main
+
+        say_main(rest)
+    else:
+        raise SystemExit(f"unknown command {command!r}; use serve or say")
+
+
+if __name__ == "__main__":
+    main()

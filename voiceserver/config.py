@@ -1,0 +1,115 @@
+"""Typed configuration: the server's own settings and one deployable model's YAML.
+
+Every field has a docstring; an unknown key in a YAML file is an error that
+names the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from models.base import parse_options
+from voiceserver.engine.core import EngineConfig
+from voiceserver.text.segmenter import SegmenterConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_MODEL_CONFIG = "piper-joe"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_contexts: int = 16
+    """Open contexts one session may hold at once."""
+    max_text_chars: int = 100_000
+    """Characters one context may receive in total."""
+    idle_timeout_s: float = 300.0
+    """A session with no client message and no open context for this long is closed (4008)."""
+    max_message_bytes: int = 1 << 20
+    """Largest client message; bigger ones close the socket with 1009."""
+    outbox_max_bytes: int = 32 << 20
+    """Encoded audio a session may have queued for a slow reader."""
+    slow_reader_timeout_s: float = 10.0
+    """A reader whose queue stays full this long is closed with 1008."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = ()
+    """Bearer keys accepted; empty means the server is open (logged loudly)."""
+    limits: Limits = field(default_factory=Limits)
+    encode_threads: int = 2
+    """Threads that resample and encode audio off the event loop."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    """Model id clients pass as ``model`` and /v1/models lists."""
+    family: str
+    """Registry name of the model family."""
+    model: Mapping[str, Any] = field(default_factory=dict)
+    """Family-specific options, validated by the family's own loader."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
+    checkpoint: Path | None = None
+    """Checkpoint directory (None: the family's bundled default)."""
+
+
+def load_model_config(
+    name_or_path: str | Path, overrides: Mapping[str, Any] | None = None
+) -> ModelConfig:
+    """Read ``configs/<name>.yaml`` or a YAML path; ``overrides`` replace
+    entries of the ``model:`` section (e.g. ``{"noise_scale": 0}``)."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+        raise FileNotFoundError(f"model config {name_or_path!r} not found; known configs: {known}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return model_config_from_mapping(data, str(path), overrides)
+
+
+def model_config_from_mapping(
+    data: Mapping[str, Any], where: str, overrides: Mapping[str, Any] | None = None
+) -> ModelConfig:
+    allowed = {"name", "family", "model", "engine", "segmenter", "checkpoint"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(sorted(allowed))}"
+        )
+    for key in ("name", "family"):
+        if not isinstance(data.get(key), str):
+            raise ValueError(f"{where}: {key!r} is required and must be a string")
+    model = dict(data.get("model") or {})
+    model.update(overrides or {})
+    checkpoint = data.get("checkpoint")
+    return ModelConfig(
+        name=data["name"],
+        family=data["family"],
+        model=model,
+        engine=parse_options(EngineConfig, data.get("engine"), "engine"),
+        segmenter=parse_options(SegmenterConfig, data.get("segmenter"), "segmenter"),
+        checkpoint=Path(checkpoint) if checkpoint else None,
+    )
+
+
+def with_checkpoint(config: ModelConfig, checkpoint: Path | None) -> ModelConfig:
+    return replace(config, checkpoint=checkpoint) if checkpoint else config
+
+
+def config_for_checkpoint(
+    checkpoint: Path, overrides: Mapping[str, Any] | None = None
+) -> ModelConfig:
+    """Pick the model config that fits a checkpoint directory."""
+    from models.registry import detect_config
+
+    return load_model_config(detect_config(checkpoint), overrides)

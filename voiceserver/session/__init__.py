@@ -1,0 +1,1 @@
+"""Per-connection session runtime."""

@@ -1,0 +1,38 @@
+"""One live context of a session: its text buffering and its audio output stage."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from protocol.messages import ContextSettings
+from voiceserver.audio import OutputStage
+from voiceserver.text.segmenter import TextSegmenter
+from voiceserver.text.words import WordStreamer
+
+
+@dataclass
+class LiveContext:
+    context_id: str
+    cid: int
+    """The engine's id for this context."""
+    settings: ContextSettings
+    stage: OutputStage
+    segmenter: TextSegmenter | None
+    """Sentence/clause segmentation, for models that need whole segments."""
+    words: WordStreamer | None
+    """Word release, for models that read text while they speak."""
+    chars: int = 0
+    frames_in: int = 0
+    """Model-rate samples received from the engine."""
+    flush_names: dict[int, str | None] = field(default_factory=dict)
+    """Engine flush id -> the client's flush_id."""
+    ended: bool = False
+    gone: bool = False
+    """Cancelled or failed: drop whatever the engine still sends."""
+    timer: asyncio.TimerHandle | None = None
+
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None

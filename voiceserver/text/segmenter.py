@@ -1,0 +1,274 @@
+"""Streaming text segmenter: decides when buffered LLM text is complete enough to synthesize.
+
+Text arrives in pieces of any size and is joined exactly as sent. Cuts are made at sentence ends,
+at clause marks once a segment is long enough, at newlines, at a hard length cap, and (through
+``poll``) when text has waited too long. Every content decision depends only on a bounded window
+of text after the cut point and waits until that window has arrived, so feeding a text token by
+token yields exactly the segments that feeding it whole does.
+
+Segments carry no surrounding whitespace: ``text == whole[char_start:char_end]`` and everything
+between two segments (and before the first) is whitespace, which is dropped.
+
+Sentence-end rules (auto mode), for a run of ``. ! ? …`` plus optional closing quotes/brackets:
+
+- it must be followed by whitespace; ``3.14``, ``example.com``, ``1.2.3`` never are;
+- the word after the whitespace must have arrived; a lowercase word means the sentence goes on
+  (``Well... maybe``, ``"Really?" she asked``), a newline always ends it;
+- a single ``.`` after a known abbreviation (``ABBREVIATIONS``), a single capital initial
+  (``J. K. Rowling``), dotted initials (``U.S.A.``) or a bare number that opens the segment
+  (an enumeration, ``1. Boil water``) does not end a sentence, except for the abbreviations
+  marked as able to end one, which do when the next word is capitalised (``etc. The``).
+
+CJK full stops ``。！？`` end a sentence without needing whitespace after them, and the full-width
+clause marks ``，；：`` likewise. Segments without a letter or digit are not emitted by ``push``
+or ``poll``; they stay buffered and join the next segment (``max_chars`` overrides this).
+"""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+# Abbreviation (lowercase, without its last dot) -> whether it may end a sentence, which it does
+# only when the next word is capitalised ("etc. The" ends, "etc. and" and "No. 5" do not).
+ABBREVIATIONS: Mapping[str, bool] = {
+    "mr": False,
+    "mrs": False,
+    "ms": False,
+    "dr": False,
+    "prof": False,
+    "sr": False,
+    "st": False,
+    "mt": False,
+    "vs": False,
+    "cf": False,
+    "e.g": False,
+    "i.e": False,
+    "u.s": False,
+    "u.k": False,
+    "jr": True,
+    "etc": True,
+    "a.m": True,
+    "p.m": True,
+    "inc": True,
+    "ltd": True,
+    "co": True,
+    "corp": True,
+    "no": True,
+    "vol": True,
+    "fig": True,
+    "approx": True,
+}
+
+_WESTERN_ENDS = ".!?…"
+_CJK_ENDS = "。！？｡"
+_SENTENCE_ENDS = _WESTERN_ENDS + _CJK_ENDS
+_CLAUSE_MARKS = ",;:—–"
+_CJK_CLAUSE_MARKS = "，；："
+_CLOSERS = "\"'”’)]}»›」』】〉》）"
+_OPENERS = "\"'“‘([{«‹「『【〈《（"
+_DOTTED_INITIALS = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
+# How far past a mark a decision may look: a longer run of closers or spaces decides by default.
+_LOOKAHEAD = 32
+
+
+@dataclass(frozen=True)
+class SegmenterConfig:
+    """How a context's text is cut into segments."""
+
+    mode: Literal["auto", "manual"] = "auto"
+    """auto: cut at boundaries as text streams in; manual: only ``flush()`` emits."""
+    max_delay_ms: int | None = None
+    """auto: once the oldest buffered text has waited this long, ``poll`` cuts at the last word
+    boundary (everything when there is no space); None disables the timer."""
+    first_min_chars: int = 12
+    """The first segment of a context may end at a clause mark once it has this many chars."""
+    min_clause_chars: int = 40
+    """Later segments end at a clause mark (, ; : — –) only when at least this long."""
+    max_chars: int = 400
+    """Hard cap on a segment's length: cut at the last word boundary within it."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", "manual"):
+            raise ValueError(f"mode must be 'auto' or 'manual', not {self.mode!r}")
+        if self.max_delay_ms is not None and self.max_delay_ms <= 0:
+            raise ValueError("max_delay_ms must be positive")
+        if not 0 < self.first_min_chars <= self.max_chars:
+            raise ValueError("first_min_chars must be in 1..max_chars")
+        if not 0 < self.min_clause_chars <= self.max_chars:
+            raise ValueError("min_clause_chars must be in 1..max_chars")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of a context's text, ready to synthesize."""
+
+    text: str
+    """The input characters, without surrounding whitespace."""
+    char_start: int
+    """Offset of ``text`` in the context's whole text."""
+    char_end: int
+    """``char_start + len(text)``."""
+    flush: bool
+    """True when produced by an explicit flush (the caller attaches its flush id)."""
+
+
+def _speakable(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
+
+
+def _run(buf: str, i: int, limit: int, chars: str | None) -> int:
+    """Index after the run starting at i of `chars` (of whitespace when None), stopping at limit."""
+    while i < limit and (buf[i].isspace() if chars is None else buf[i] in chars):
+        i += 1
+    return i
+
+
+def _period_rule(buf: str, i: int) -> Literal["never", "capital", "normal"]:
+    """How the single '.' at buf[i] may end a sentence, judged by the word it closes."""
+    start = i
+    while start > 0 and not buf[start - 1].isspace():
+        start -= 1
+    word = buf[start:i].lstrip(_OPENERS)
+    if word.lower() in ABBREVIATIONS:
+        return "capital" if ABBREVIATIONS[word.lower()] else "never"
+    if (len(word) == 1 and word.isupper()) or _DOTTED_INITIALS.fullmatch(word):
+        return "never"
+    if start == 0 and word.isdigit():
+        return "never"
+    return "normal"
+
+
+def _sentence_end(buf: str, i: int) -> tuple[bool | None, int]:
+    """Whether the terminator run at buf[i] ends a sentence (None: not known yet) and its end."""
+    limit = min(len(buf), i + _LOOKAHEAD)
+    more = len(buf) < i + _LOOKAHEAD
+    j = _run(buf, i, limit, _SENTENCE_ENDS)
+    end = _run(buf, j, limit, _CLOSERS)
+    if any(ch in _CJK_ENDS for ch in buf[i:j]):
+        return (None if end == limit and more else True), end
+    gap = _run(buf, end, limit, None)
+    if gap == end:
+        return (None if end == limit and more else False), end
+    if "\n" in buf[end:gap]:
+        return True, end
+    if gap == limit:
+        return (None if more else True), end
+    nxt = buf[gap]
+    rule = _period_rule(buf, i) if buf[i:j] == "." else "normal"
+    if rule == "never":
+        return False, end
+    if rule == "capital":
+        return nxt.isupper(), end
+    return not nxt.islower(), end
+
+
+def _clause_end(buf: str, i: int) -> tuple[bool | None, int]:
+    """Whether the clause mark at buf[i] is a boundary (None: not known yet) and its end."""
+    limit = min(len(buf), i + _LOOKAHEAD)
+    more = len(buf) < i + _LOOKAHEAD
+    end = _run(buf, i + 1, limit, _CLOSERS)
+    if end == limit and more:
+        return None, end
+    return (buf[i] in _CJK_CLAUSE_MARKS or (end < limit and buf[end].isspace())), end
+
+
+class TextSegmenter:
+    """Buffers one context's streamed text and cuts it into segments.
+
+    Pure: no I/O and no clock; callers pass ``now`` (monotonic seconds) and call ``poll`` at
+    ``deadline()``. Not thread-safe; one instance per context.
+    """
+
+    def __init__(self, config: SegmenterConfig) -> None:
+        self._config = config
+        self._buf = ""  # pending text; never starts with whitespace
+        self._offset = 0  # offset of _buf in the context's whole text
+        self._first = True  # no segment emitted yet
+        self._arrivals: list[tuple[int, float]] = []  # (end offset of a pushed piece, its time)
+
+    @property
+    def buffered(self) -> str:
+        """Text waiting to be emitted (leading whitespace already dropped)."""
+        return self._buf
+
+    def push(self, text: str, now: float) -> list[Segment]:
+        """Append streamed text; return the segments it completes (never any in manual mode)."""
+        if not text:
+            return []
+        self._buf += text
+        self._arrivals.append((self._offset + len(self._buf), now))
+        self._drop_leading_space()
+        out: list[Segment] = []
+        if self._config.mode == "auto":
+            while (cut := self._next_cut()) is not None:
+                out.append(self._emit(cut, flush=False))
+        return out
+
+    def flush(self) -> Segment | None:
+        """Emit everything buffered as one flush segment; None when nothing but whitespace."""
+        if not self._buf:
+            return None
+        return self._emit(len(self._buf), flush=True)
+
+    def poll(self, now: float) -> list[Segment]:
+        """Timer-driven cut: once the oldest buffered text waited max_delay_ms, cut at the last
+        word boundary, since the trailing word may still be streaming; take everything when no
+        word boundary leaves something speakable before it. The rest waits afresh."""
+        due = self.deadline()
+        if due is None or now < due:
+            return []
+        buf = self._buf
+        cut = len(buf)
+        if not buf[-1].isspace():
+            cut = next((k for k in range(len(buf) - 1, 0, -1) if buf[k].isspace()), len(buf))
+            cut = cut if _speakable(buf[:cut]) else len(buf)
+        out = [self._emit(cut, flush=False)] if _speakable(buf[:cut]) else []
+        self._arrivals = [(end, max(t, now)) for end, t in self._arrivals]
+        return out
+
+    def deadline(self) -> float | None:
+        """When ``poll`` should next be called; None when no timer is needed."""
+        delay_ms = self._config.max_delay_ms
+        if self._config.mode != "auto" or delay_ms is None or not self._buf:
+            return None
+        oldest = next(t for end, t in self._arrivals if end > self._offset)
+        return oldest + delay_ms / 1000.0
+
+    def _next_cut(self) -> int | None:
+        """End index in the buffer of the next complete segment, or None to wait for more."""
+        buf, cap = self._buf, self._config.max_chars
+        min_clause = self._config.first_min_chars if self._first else self._config.min_clause_chars
+        i = 0
+        while i < len(buf):
+            if i >= cap:
+                return next((k for k in range(cap, 0, -1) if buf[k].isspace()), cap)
+            ch, verdict, end = buf[i], False, i + 1
+            if ch == "\n":
+                verdict, end = True, i
+            elif ch in _SENTENCE_ENDS:
+                verdict, end = _sentence_end(buf, i)
+            elif ch in _CLAUSE_MARKS or ch in _CJK_CLAUSE_MARKS:
+                verdict, end = _clause_end(buf, i)
+                verdict = False if verdict is not None and end < min_clause else verdict
+            if verdict is None:
+                return None
+            if verdict and end <= cap and _speakable(buf[:end]):
+                return end
+            i = max(end, i + 1)
+        return None
+
+    def _emit(self, cut: int, *, flush: bool) -> Segment:
+        text = self._buf[:cut].rstrip()
+        segment = Segment(text, self._offset, self._offset + len(text), flush)
+        self._buf = self._buf[cut:]
+        self._offset += cut
+        self._first = False
+        self._drop_leading_space()
+        return segment
+
+    def _drop_leading_space(self) -> None:
+        stripped = self._buf.lstrip()
+        self._offset += len(self._buf) - len(stripped)
+        self._buf = stripped
+        self._arrivals = [(end, t) for end, t in self._arrivals if end > self._offset]

@@ -1,0 +1,1 @@
+"""Thin I/O adapters between sockets and the sans-I/O protocol."""
