@@ -36,7 +36,9 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def run_server(model_config: ModelConfig, server_config: ServerConfig | None = None) -> Iterator[RunningServer]:
+def run_server(
+    model_config: ModelConfig, server_config: ServerConfig | None = None
+) -> Iterator[RunningServer]:
     server_config = server_config or ServerConfig()
     app = create_app(server_config, model_config)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -76,11 +76,15 @@ class Client:
             while not self.got.audio[context_id]:
                 await self.next_any(timeout)
 
-    async def until(self, kind: str, context_id: str | None = None, timeout: float = 60) -> dict[str, Any]:
+    async def until(
+        self, kind: str, context_id: str | None = None, timeout: float = 60
+    ) -> dict[str, Any]:
         async with asyncio.timeout(timeout):
             while True:
                 msg = await self.next_message(timeout)
-                if msg["type"] == kind and (context_id is None or msg.get("context_id") == context_id):
+                if msg["type"] == kind and (
+                    context_id is None or msg.get("context_id") == context_id
+                ):
                     return msg
 
     async def drain(self, seconds: float) -> None:

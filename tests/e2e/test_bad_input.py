@@ -35,17 +35,35 @@ async def finish_bystander(client: Client) -> None:
         ("[1, 2]", "invalid_json", None),
         (json.dumps({"type": "no.such.thing"}), "unknown_type", None),
         (json.dumps({"text": "no type"}), "unknown_type", None),
-        (json.dumps({"type": "text.append", "context_id": "x", "text": 5}), "invalid_field", "text"),
-        (json.dumps({"type": "context.create", "context_id": "y", "speed": "fast"}), "invalid_field", "speed"),
         (
-            json.dumps({"type": "context.create", "context_id": "z", "output_format": {"sample_rate": 11025}}),
+            json.dumps({"type": "text.append", "context_id": "x", "text": 5}),
+            "invalid_field",
+            "text",
+        ),
+        (
+            json.dumps({"type": "context.create", "context_id": "y", "speed": "fast"}),
+            "invalid_field",
+            "speed",
+        ),
+        (
+            json.dumps(
+                {
+                    "type": "context.create",
+                    "context_id": "z",
+                    "output_format": {"sample_rate": 11025},
+                }
+            ),
             "unsupported_value",
             "output_format.sample_rate",
         ),
         (json.dumps({"type": "context.flush", "context_id": "ghost"}), "unknown_context", None),
         (json.dumps({"type": "context.cancel", "context_id": "ghost"}), "unknown_context", None),
         (json.dumps({"type": "context.create", "context_id": "bystander"}), "context_exists", None),
-        (json.dumps({"type": "context.create", "context_id": "v", "voice": "nobody"}), "unknown_voice", "voice"),
+        (
+            json.dumps({"type": "context.create", "context_id": "v", "voice": "nobody"}),
+            "unknown_voice",
+            "voice",
+        ),
         (json.dumps({"type": "session.update", "model": "gpt-9"}), "unknown_model", "model"),
     ],
 )
@@ -68,7 +86,9 @@ async def test_text_over_limit(tiny_server: RunningServer) -> None:
     client = await Client.connect(tiny_server.ws)
     await start_bystander(client)
     await client.send(type="context.create", context_id="big")
-    await client.send(type="text.append", context_id="big", text="x" * (TEST_LIMITS.max_text_chars + 1))
+    await client.send(
+        type="text.append", context_id="big", text="x" * (TEST_LIMITS.max_text_chars + 1)
+    )
     error = await client.until("error")
     assert error["code"] == "text_too_long" and error["context_id"] == "big"
     await finish_bystander(client)
@@ -119,7 +139,15 @@ async def test_oversized_message_closes_1009(tiny_server: RunningServer) -> None
     client = await Client.connect(tiny_server.ws)
     other = await Client.connect(tiny_server.ws)
     await start_bystander(other)
-    await client.ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": "x" * (TEST_LIMITS.max_message_bytes + 10)}))
+    await client.ws.send(
+        json.dumps(
+            {
+                "type": "text.append",
+                "context_id": "a",
+                "text": "x" * (TEST_LIMITS.max_message_bytes + 10),
+            }
+        )
+    )
     with pytest.raises(websockets.ConnectionClosed) as closed:
         await client.until("never")
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
@@ -136,7 +164,9 @@ async def test_unauthorized_without_key() -> None:
         with pytest.raises(websockets.InvalidStatus) as denied:
             await websockets.connect(server.ws)
         assert denied.value.response.status_code == 401
-        client = await Client.connect(server.ws, additional_headers={"Authorization": "Bearer sekrit"})
+        client = await Client.connect(
+            server.ws, additional_headers={"Authorization": "Bearer sekrit"}
+        )
         await client.close()
         client = await Client.connect(server.ws + "?token=sekrit")
         await client.close()

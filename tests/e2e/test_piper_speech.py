@@ -45,7 +45,9 @@ def as_float(pcm: bytes) -> np.ndarray:
     return np.frombuffer(pcm, np.int16).astype(np.float32) / 32767.0
 
 
-async def test_streamed_words_equal_one_shot_segments(piper_server: RunningServer, voice: PiperVoice) -> None:
+async def test_streamed_words_equal_one_shot_segments(
+    piper_server: RunningServer, voice: PiperVoice
+) -> None:
     client = await Client.connect(piper_server.ws)
     fmt = {"encoding": "pcm_s16le", "sample_rate": 22050}
     await client.send(type="context.create", context_id="s", output_format=fmt)
@@ -69,10 +71,14 @@ async def test_streamed_words_equal_one_shot_segments(piper_server: RunningServe
     assert snr_db(reference, got) >= 40.0
 
 
-async def test_whole_text_in_one_segment_equals_one_shot(piper_server: RunningServer, voice: PiperVoice) -> None:
+async def test_whole_text_in_one_segment_equals_one_shot(
+    piper_server: RunningServer, voice: PiperVoice
+) -> None:
     client = await Client.connect(piper_server.ws)
     fmt = {"encoding": "pcm_s16le", "sample_rate": 22050}
-    await client.send(type="context.create", context_id="w", output_format=fmt, buffer={"mode": "manual"})
+    await client.send(
+        type="context.create", context_id="w", output_format=fmt, buffer={"mode": "manual"}
+    )
     await client.send(type="text.append", context_id="w", text=TEXT)
     await client.send(type="context.end", context_id="w")
     await client.until("context.done", "w")
@@ -83,11 +89,15 @@ async def test_whole_text_in_one_segment_equals_one_shot(piper_server: RunningSe
     assert snr_db(reference, got) >= 40.0
 
 
-async def test_resampled_output_keeps_the_signal(piper_server: RunningServer, voice: PiperVoice) -> None:
+async def test_resampled_output_keeps_the_signal(
+    piper_server: RunningServer, voice: PiperVoice
+) -> None:
     import soxr
 
     client = await Client.connect(piper_server.ws)
-    await client.send(type="context.create", context_id="r", buffer={"mode": "manual"})  # default 24 kHz
+    await client.send(
+        type="context.create", context_id="r", buffer={"mode": "manual"}
+    )  # default 24 kHz
     await client.send(type="text.append", context_id="r", text=TEXT)
     await client.send(type="context.end", context_id="r")
     await client.until("context.done", "r")
@@ -102,7 +112,9 @@ async def test_resampled_output_keeps_the_signal(piper_server: RunningServer, vo
 async def test_max_delay_cuts_text_without_a_boundary(piper_server: RunningServer) -> None:
     """buffer.max_delay_ms: a stalled LLM's half sentence is spoken anyway."""
     client = await Client.connect(piper_server.ws)
-    await client.send(type="context.create", context_id="d", buffer={"mode": "auto", "max_delay_ms": 200})
+    await client.send(
+        type="context.create", context_id="d", buffer={"mode": "auto", "max_delay_ms": 200}
+    )
     await client.send(type="text.append", context_id="d", text="this text has no boundary yet and")
     await client.until_audio("d", timeout=10)
     assert not client.got.of_type("context.done")

@@ -65,7 +65,10 @@ async def test_word_by_word_audio_arrives_before_end(tiny_server: RunningServer)
 
 
 async def test_two_contexts_one_socket_never_mix(tiny_server: RunningServer) -> None:
-    texts = {"a": "The quick brown fox jumps over the lazy dog.", "b": "Pack my box with five dozen liquor jugs!"}
+    texts = {
+        "a": "The quick brown fox jumps over the lazy dog.",
+        "b": "Pack my box with five dozen liquor jugs!",
+    }
     voices = {"a": "tiny-a", "b": "tiny-b"}
     client = await Client.connect(tiny_server.ws)
     for cid in texts:

@@ -42,7 +42,11 @@ def test_split_graphs_compose_to_the_original_exactly() -> None:
     acoustic = ort.InferenceSession(graphs.acoustic)
     decoder = ort.InferenceSession(graphs.decoder)
     ids = np.array([[1, 0, 20, 0, 59, 0, 24, 0, 120, 0, 27, 0, 100, 0, 2]], np.int64)
-    feeds = {"input": ids, "input_lengths": np.array([ids.shape[1]], np.int64), "scales": np.array([0.0, 1.0, 0.0], np.float32)}
+    feeds = {
+        "input": ids,
+        "input_lengths": np.array([ids.shape[1]], np.int64),
+        "scales": np.array([0.0, 1.0, 0.0], np.float32),
+    }
     (expected,) = full.run(None, feeds)
     (latent,) = acoustic.run(None, feeds)
     assert latent.shape[1] == 192

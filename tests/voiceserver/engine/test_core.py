@@ -25,7 +25,9 @@ from voiceserver.engine.messages import (
 class PickyFrontend(ByteFrontend):
     def encode(self, text: str, params: SynthParams) -> list[list[int]]:
         if "forbidden" in text:
-            raise ModelInputError("text contains a forbidden word", param="text", code="invalid_field")
+            raise ModelInputError(
+                "text contains a forbidden word", param="text", code="invalid_field"
+            )
         return super().encode(text, params)
 
 

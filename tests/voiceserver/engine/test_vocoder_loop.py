@@ -37,8 +37,12 @@ class RecordingVocoder(Vocoder):
         return out
 
 
-def cfg(first: int = 1, max_chunk: int = 8, batch: int = 8, lead: float = 100.0) -> VocoderLoopConfig:
-    return VocoderLoopConfig(first_chunk_frames=first, max_chunk_frames=max_chunk, max_batch=batch, max_lead_s=lead)
+def cfg(
+    first: int = 1, max_chunk: int = 8, batch: int = 8, lead: float = 100.0
+) -> VocoderLoopConfig:
+    return VocoderLoopConfig(
+        first_chunk_frames=first, max_chunk_frames=max_chunk, max_batch=batch, max_lead_s=lead
+    )
 
 
 def test_first_chunk_small_then_doubling_and_right_context_respected() -> None:
@@ -73,7 +77,7 @@ def test_chunked_equals_whole_with_windowed_vocoder() -> None:
     pieces = []
     for start in range(0, 57, 5):  # frames trickle in
         loop.push(7, frames[start : start + 5], unit_end=start + 5 >= 57)
-        while (out := loop.step(0.0, set())):
+        while out := loop.step(0.0, set()):
             pieces.append(out[7])
     np.testing.assert_allclose(np.concatenate(pieces), whole)
 
@@ -81,7 +85,9 @@ def test_chunked_equals_whole_with_windowed_vocoder() -> None:
 def test_tiny_stateful_vocoder_chunked_equals_whole() -> None:
     options = TinyOptions()
     frames = np.random.default_rng(2).standard_normal((40, options.frame_dim)).astype(np.float32)
-    whole = TinyVocoder(options).decode([DecodeItem(TinyVocoder(options).new_stream(), frames, 0, 40, True)])[0]
+    whole = TinyVocoder(options).decode(
+        [DecodeItem(TinyVocoder(options).new_stream(), frames, 0, 40, True)]
+    )[0]
     loop = VocoderLoop(TinyVocoder(options), cfg(first=1, max_chunk=8))
     loop.open(1)
     loop.open(2)  # a second context in the same batches
@@ -92,7 +98,7 @@ def test_tiny_stateful_vocoder_chunked_equals_whole() -> None:
         out = loop.step(0.0, set())
         if 1 in out:
             pieces.append(out[1])
-    while (out := loop.step(0.0, set())):
+    while out := loop.step(0.0, set()):
         if 1 in out:
             pieces.append(out[1])
     np.testing.assert_allclose(np.concatenate(pieces), whole, atol=1e-6)
