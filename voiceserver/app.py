@@ -11,8 +11,13 @@ from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
 from voiceserver.config import ModelConfig, ServerConfig
+from voiceserver.http.batch import speech_batch
 from voiceserver.http.info import health, list_models
+from voiceserver.http.metrics import metrics_endpoint
+from voiceserver.http.speech import speech
+from voiceserver.http.voices import list_voices
 from voiceserver.runtime import Runtime
+from voiceserver.transport.compat_vllm import vllm_speech_stream
 from voiceserver.transport.ws import speech_websocket
 
 log = logging.getLogger(__name__)
@@ -33,6 +38,11 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
     routes = [
         Route("/health", health),
         Route("/v1/models", list_models),
+        Route("/metrics", metrics_endpoint),
+        Route("/v1/audio/speech", speech, methods=["POST"]),
+        Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
+        Route("/v1/audio/voices", list_voices, methods=["GET"]),
         WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
+        WebSocketRoute("/v1/audio/speech/stream", vllm_speech_stream),
     ]
     return Starlette(routes=routes, lifespan=lifespan)

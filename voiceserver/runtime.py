@@ -11,6 +11,7 @@ from models.base import LoadedModel
 from models.registry import resolve
 from voiceserver.config import ModelConfig, ServerConfig
 from voiceserver.engine.core import EngineCore
+from voiceserver.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,7 @@ class Runtime:
     model: LoadedModel
     engine: EngineCore
     encode_pool: ThreadPoolExecutor
+    metrics: Metrics
     started_at: float = field(default_factory=time.time)
     sessions_open: int = 0
 
@@ -31,7 +33,9 @@ class Runtime:
         t0 = time.monotonic()
         loader = resolve(model_config.family)
         model = loader(model_config.model, model_config.checkpoint)
-        engine = EngineCore(model, model_config.engine)
+        metrics = Metrics(model_config.name)
+        engine = EngineCore(model, model_config.engine, metrics.engine_observer())
+        metrics.add_queue_collector(engine.queue_depths)
         engine.start()
         log.info(
             "model %s (%s) loaded in %.1f s; %d Hz, %.1f ms frames",
@@ -42,7 +46,20 @@ class Runtime:
             model.capabilities.frame_ms,
         )
         pool = ThreadPoolExecutor(max_workers=server.encode_threads, thread_name_prefix="encode")
-        return cls(server, model_config, model, engine, pool)
+        return cls(server, model_config, model, engine, pool, metrics)
+
+    def session_opened(self, endpoint: str) -> None:
+        self.sessions_open += 1
+        self.metrics.sessions.labels(self.model_config.name, endpoint).inc()
+
+    def session_closed(self, endpoint: str) -> None:
+        self.sessions_open -= 1
+        self.metrics.sessions.labels(self.model_config.name, endpoint).dec()
+
+    @property
+    def model_names(self) -> frozenset[str]:
+        """Names a client may pass as ``model``: the config's name and its family."""
+        return frozenset({self.model_config.name, self.model_config.family})
 
     def close(self) -> None:
         self.engine.stop()

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from voiceserver.engine.messages import (
 )
 from voiceserver.engine.scheduler import ARScheduler
 from voiceserver.engine.vocoder_loop import VocoderLoop, VocoderLoopConfig
+
+if TYPE_CHECKING:
+    from voiceserver.metrics import EngineObserver
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +74,11 @@ class _Context:
 
 
 class EngineCore:
-    def __init__(self, model: LoadedModel, config: EngineConfig) -> None:
+    def __init__(
+        self, model: LoadedModel, config: EngineConfig, observer: EngineObserver | None = None
+    ) -> None:
         self.model = model
+        self._observer = observer
         self.config = config
         slots = config.max_contexts or model.ar.max_contexts
         self.scheduler = ARScheduler(
@@ -105,6 +112,10 @@ class EngineCore:
 
     def submit(self, message: InboxMessage) -> None:
         self.inbox.put(message)
+
+    def queue_depths(self) -> dict[str, int]:
+        """Approximate depths, read from any thread (for metrics)."""
+        return {"engine_inbox": self.inbox.qsize(), "engine_waiting": self.scheduler.num_waiting}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="engine-core", daemon=True)
@@ -223,6 +234,8 @@ class EngineCore:
             return
         self.stats.steps += 1
         self.stats.last_ar_batch = len(batch)
+        if self._observer is not None:
+            self._observer.ar_batch(len(batch))
         now = time.monotonic()
         for ctx, out in zip(batch, outputs, strict=True):
             ctx.frames += len(out.frames)
@@ -260,6 +273,8 @@ class EngineCore:
         if audio:
             self.stats.vocoder_calls += 1
             self.stats.last_vocoder_batch = len(audio)
+            if self._observer is not None:
+                self._observer.vocoder_batch(len(audio))
         posted = False
         for ctx in list(self._contexts.values()):
             pcm = audio.get(ctx.cid)

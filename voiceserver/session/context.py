@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from protocol.messages import ContextSettings
 from voiceserver.audio import OutputStage
+from voiceserver.metrics import RequestTracker
 from voiceserver.text.segmenter import TextSegmenter
 from voiceserver.text.words import WordStreamer
 
@@ -22,6 +23,7 @@ class LiveContext:
     """Sentence/clause segmentation, for models that need whole segments."""
     words: WordStreamer | None
     """Word release, for models that read text while they speak."""
+    tracker: RequestTracker
     chars: int = 0
     frames_in: int = 0
     """Model-rate samples received from the engine."""

@@ -42,6 +42,7 @@ from voiceserver.engine.messages import (
     EngineEvent,
     OpenContext,
 )
+from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.context import LiveContext
 from voiceserver.session.outbox import Outbox
@@ -124,7 +125,7 @@ class SpeechSession:
             case SettingsUpdated():
                 self._outbox.put(self.proto.updated_message(event.event_id))
                 model = event.settings.model
-                if model is not None and model != self.rt.model_config.name:
+                if model is not None and model not in self.rt.model_names:
                     self._error(
                         ProtocolError(
                             ErrorCode.UNKNOWN_MODEL,
@@ -141,6 +142,7 @@ class SpeechSession:
                 self._error(event.error)
 
     def _error(self, err: ProtocolError) -> None:
+        self.rt.metrics.error("ws", str(err.code))
         self._outbox.put(self.proto.error_message(err))
         if err.fatal:
             code = (
@@ -175,7 +177,8 @@ class SpeechSession:
                 _replace_config(seg_config, mode=buffer.mode, max_delay_ms=buffer.max_delay_ms)
             )
         cid = self.rt.engine.new_cid()
-        ctx = LiveContext(event.context_id, cid, settings, stage, segmenter, words)
+        tracker = self.rt.metrics.track("ws")
+        ctx = LiveContext(event.context_id, cid, settings, stage, segmenter, words, tracker)
         self._contexts[ctx.context_id] = ctx
         self._by_cid[cid] = ctx
         self.rt.engine.submit(OpenContext(cid, params, self._sink))
@@ -195,27 +198,21 @@ class SpeechSession:
         self._outbox.put(self.proto.error_message(err))
 
     def _params(self, settings: ContextSettings) -> SynthParams:
-        caps = self.rt.model.capabilities
-        if settings.model is not None and settings.model != self.rt.model_config.name:
-            raise ModelInputError(
-                f"unknown model {settings.model!r}; this server serves {self.rt.model_config.name!r}",
-                param="model",
-                code="unknown_model",
-            )
-        params = SynthParams(
-            voice=settings.voice or caps.default_voice,
-            language=settings.language or caps.languages[0],
+        return resolve_params(
+            self.rt,
+            model=settings.model,
+            voice=settings.voice,
+            language=settings.language,
             speed=settings.speed,
             instructions=settings.instructions,
         )
-        self.rt.model.ar.validate(params)
-        return params
 
     def _append(self, event: TextAppended) -> None:
         ctx = self._contexts.get(event.context_id)
         if ctx is None or ctx.gone:
             return
         ctx.chars += len(event.text)
+        ctx.tracker.text_arrived()
         if ctx.words is not None:
             ready = ctx.words.push(event.text)
             if ready:
@@ -276,6 +273,7 @@ class SpeechSession:
         if ctx is None:
             return
         self._drop(ctx)
+        ctx.tracker.cancelled()
         self._outbox.purge(lambda item: isinstance(item, tuple) and item[0] is ctx)
         self._outbox.put_front(_Cancelled(ctx))
 
@@ -310,6 +308,7 @@ class SpeechSession:
                 _code(event.code), event.message, param=event.param, context_id=ctx.context_id
             )
             self._drop(ctx)
+            ctx.tracker.failed(event.code)
             self._outbox.put(self.proto.error_message(err))
             self._outbox.put(_Cancelled(ctx))
 
@@ -375,6 +374,10 @@ class SpeechSession:
                 )
         if ctx.gone:
             return
+        caps = self.rt.model.capabilities
+        ctx.tracker.audio(
+            len(chunk.pcm) / caps.sample_rate, len(chunk.pcm) // caps.samples_per_frame
+        )
         for flush in chunk.flush_ids:
             name = ctx.flush_names.pop(flush, None)
             await self._send_text(
@@ -389,10 +392,8 @@ class SpeechSession:
                 )
             )
         if chunk.final:
-            usage = Usage(
-                chars=ctx.chars,
-                frames=ctx.frames_in // self.rt.model.capabilities.samples_per_frame,
-            )
+            ctx.tracker.done()
+            usage = Usage(chars=ctx.chars, frames=ctx.frames_in // caps.samples_per_frame)
             await self._send_text(
                 self.proto.context_done(ctx.context_id, ctx.stage.audio_ms, usage)
             )
@@ -411,6 +412,7 @@ class SpeechSession:
         self.closed = True
         for ctx in list(self._contexts.values()):
             self._drop(ctx)
+            ctx.tracker.cancelled()
         self._outbox.close()
 
     @property

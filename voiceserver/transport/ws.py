@@ -80,7 +80,7 @@ async def speech_websocket(ws: WebSocket) -> None:
             await ws.close(code=code, reason=reason)
 
     session = SpeechSession(rt, proto, ws.send_text, ws.send_bytes, close)
-    rt.sessions_open += 1
+    rt.session_opened("ws")
     await ws.send_text(proto.created_message(uuid.uuid4().hex))
     writer = asyncio.create_task(session.writer())
     writer.add_done_callback(_log_failure)
@@ -102,7 +102,7 @@ async def speech_websocket(ws: WebSocket) -> None:
         log.exception("session failed")
         await close(int(CloseCode.INTERNAL_ERROR), "internal error")
     finally:
-        rt.sessions_open -= 1
+        rt.session_closed("ws")
         session.shutdown()
         idle.cancel()
         writer.cancel()

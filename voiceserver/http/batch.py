@@ -1,0 +1,5 @@
+"""Placeholder until the real handler lands (being written now)."""
+
+
+async def speech_batch(request):  # type: ignore[no-untyped-def]
+    raise NotImplementedError

@@ -1,0 +1,143 @@
+"""Utterance: one engine context driven from async code without a WebSocket.
+
+The HTTP shim, the batch endpoint and the compatibility WebSocket all speak
+through this, so there is one pipeline behind every endpoint. Text is
+segmented exactly as on the native WebSocket; audio comes back as model-rate
+float32 chunks through an asyncio queue (bounded by the engine's max lead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from models.base import SynthParams
+from voiceserver.engine.messages import (
+    AppendText,
+    AudioChunk,
+    Cancel,
+    CloseInput,
+    ContextFailed,
+    EngineEvent,
+    OpenContext,
+)
+from voiceserver.runtime import Runtime
+from voiceserver.text.segmenter import TextSegmenter
+from voiceserver.text.words import WordStreamer
+
+
+class UtteranceError(Exception):
+    def __init__(self, code: str, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.param = code, message, param
+
+
+class Utterance:
+    def __init__(
+        self, rt: Runtime, params: SynthParams, split: str = "auto", endpoint: str = "http"
+    ) -> None:
+        """``split``: ``auto`` (clause/sentence segmentation), ``sentence`` (only
+        sentence ends) or ``none`` (everything waits for flush/end). ``endpoint``
+        labels this request's metrics."""
+        self.rt = rt
+        self.tracker = rt.metrics.track(endpoint)
+        self.cid = rt.engine.new_cid()
+        self.chars = 0
+        self.samples = 0
+        self.started_at = time.monotonic()
+        self.first_audio_at: float | None = None
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self._finished = False
+        self._ended = False
+        if rt.model.capabilities.streaming_text:
+            self._words: WordStreamer | None = WordStreamer()
+            self._segmenter: TextSegmenter | None = None
+        else:
+            config = rt.model_config.segmenter
+            if split == "none":
+                config = replace(config, mode="manual")
+            elif split == "sentence":
+                config = replace(
+                    config, first_min_chars=config.max_chars, min_clause_chars=config.max_chars
+                )
+            self._words, self._segmenter = None, TextSegmenter(config)
+        rt.engine.submit(OpenContext(self.cid, params, self._sink))
+
+    def _sink(self, event: EngineEvent) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:
+            pass
+
+    def append(self, text: str) -> None:
+        self.chars += len(text)
+        self.tracker.text_arrived()
+        if self._words is not None:
+            ready = self._words.push(text)
+            if ready:
+                self.rt.engine.submit(AppendText(self.cid, ready))
+            return
+        assert self._segmenter is not None
+        for segment in self._segmenter.push(text, time.monotonic()):
+            self.rt.engine.submit(AppendText(self.cid, segment.text))
+
+    def flush(self, flush_id: int | None = None) -> None:
+        rest = self._take_rest()
+        if rest or flush_id is not None:
+            self.rt.engine.submit(AppendText(self.cid, rest, flush_id))
+
+    def end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        rest = self._take_rest()
+        if rest:
+            self.rt.engine.submit(AppendText(self.cid, rest))
+        self.rt.engine.submit(CloseInput(self.cid))
+
+    def _take_rest(self) -> str:
+        if self._words is not None:
+            return self._words.flush()
+        assert self._segmenter is not None
+        segment = self._segmenter.flush()
+        return segment.text if segment else ""
+
+    def cancel(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self.tracker.cancelled()
+            self.rt.engine.submit(Cancel(self.cid))
+
+    async def events(self) -> AsyncIterator[AudioChunk]:
+        """Audio chunks until the final one; raises UtteranceError on failure."""
+        while not self._finished:
+            event = await self._queue.get()
+            if isinstance(event, ContextFailed):
+                self._finished = True
+                self.tracker.failed(event.code)
+                raise UtteranceError(event.code, event.message, event.param)
+            if isinstance(event, AudioChunk):
+                caps = self.rt.model.capabilities
+                if len(event.pcm) and self.first_audio_at is None:
+                    self.first_audio_at = time.monotonic()
+                self.samples += len(event.pcm)
+                self.tracker.audio(
+                    len(event.pcm) / caps.sample_rate, len(event.pcm) // caps.samples_per_frame
+                )
+                if event.final:
+                    self._finished = True
+                    self.tracker.done()
+                yield event
+
+    @property
+    def audio_s(self) -> float:
+        return self.samples / self.rt.model.capabilities.sample_rate
+
+    async def __aenter__(self) -> Utterance:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cancel()  # frees the engine slot if the consumer went away early
