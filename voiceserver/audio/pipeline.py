@@ -61,11 +61,14 @@ class OutputStage:
         return self._encoder.encode(self._resampler.process(pcm))
 
     def drain(self) -> list[bytes]:
-        """At a flush point: the payloads for every sample received so far that
-        the resampler still holds (encoders that frame audio keep a partial frame)."""
+        """At a flush point: payloads for every sample received so far, including
+        what the resampler holds and a framed encoder's partial frame (Ogg keeps
+        its newest page until more audio or the end)."""
         if self._finished:
             return []
-        return self._encoder.encode(self._resampler.drain())
+        payloads = self._encoder.encode(self._resampler.drain())
+        emit_partial = getattr(self._encoder, "emit_partial", None)
+        return payloads + (emit_partial() if emit_partial is not None else [])
 
     def finish(self) -> list[bytes]:
         """End of the context: everything still buffered, with the container's end marker."""

@@ -68,6 +68,16 @@ class OpusPacketEncoder:
             raise RuntimeError("encode() after flush()")
         return [self._encode_frame(frame) for frame in self._frames.push(pcm)]
 
+    def emit_partial(self) -> list[bytes]:
+        """At a flush point: send the incomplete frame now, padded with silence
+        (at most one frame of silence, where the speech has paused anyway)."""
+        rest = self._frames.take_rest()
+        if self._finished or not len(rest):
+            return []
+        padded = np.zeros(self.frame_size, dtype=np.float32)
+        padded[: len(rest)] = rest
+        return [self._encode_frame(padded)]
+
     def close(self) -> None:
         """Drop what is buffered without emitting it (a cancelled context)."""
         self._finished = True
@@ -75,13 +85,9 @@ class OpusPacketEncoder:
     def flush(self) -> list[bytes]:
         if self._finished:
             raise RuntimeError("flush() called twice")
+        packets = self.emit_partial()
         self._finished = True
-        rest = self._frames.take_rest()
-        if not len(rest):
-            return []
-        padded = np.zeros(self.frame_size, dtype=np.float32)
-        padded[: len(rest)] = rest
-        return [self._encode_frame(padded)]
+        return packets
 
     def _encode_frame(self, frame: np.ndarray) -> bytes:
         data = clip_unit(frame).astype(np.float32).tobytes()

@@ -70,11 +70,18 @@ class PcmEncoder:
         """Drop what is buffered without emitting it (a cancelled context)."""
         self._finished = True
 
+    def emit_partial(self) -> list[bytes]:
+        """At a flush point: send the incomplete frame now (a short payload)."""
+        if self._frames is None or self._finished:
+            return []
+        return self._emit([self._frames.take_rest()])
+
     def flush(self) -> list[bytes]:
         if self._finished:
             raise RuntimeError("flush() called twice")
+        payloads = self.emit_partial()
         self._finished = True
-        return [] if self._frames is None else self._emit([self._frames.take_rest()])
+        return payloads
 
     def _emit(self, chunks: list[np.ndarray]) -> list[bytes]:
         payloads = []

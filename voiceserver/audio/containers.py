@@ -1,0 +1,233 @@
+"""Audio files of the OpenAI-style HTTP endpoints, encoded as a stream.
+
+`response_format` of OpenAI's `POST /v1/audio/speech` names a file format:
+`mp3`, `opus`, `aac`, `flac`, `wav` or `pcm` (OpenAI's default is `mp3`;
+vllm-omni defaults to `wav` and knows no `aac`). Every one of them is produced
+here while the audio is generated, so a chunked HTTP body can carry it:
+
+- `pcm`: raw signed 16-bit little-endian mono, no header.
+- `wav`: a 44-byte RIFF header with 0xFFFFFFFF sizes (length unknown, the way
+  OpenAI and vllm-omni stream WAV), then the same samples as `pcm`.
+- `opus`: Ogg/Opus (RFC 7845), pages handed out as they complete.
+- `mp3` (libmp3lame), `aac` (FFmpeg's AAC in ADTS frames) and `flac`: PyAV
+  muxers writing into a non-seekable sink. Non-seekable output is what makes
+  them streamable: the mp3 muxer then writes no Xing/LAME header and the FLAC
+  muxer leaves STREAMINFO's sample count at 0 ("unknown"), which decoders accept.
+
+Media types are those of vllm-omni and common practice: `audio/mpeg`,
+`audio/ogg`, `audio/aac`, `audio/flac`, `audio/wav`, `audio/pcm`.
+
+The output rate is 24 kHz by default (OpenAI's `pcm` is 24 kHz); vllm-omni's
+extra `sample_rate` picks another one of `SAMPLE_RATES[fmt]`.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import av
+import numpy as np
+
+from voiceserver.audio.encoders.base import Encoder, FrameBuffer, clip_unit, float_to_s16
+from voiceserver.audio.encoders.ogg_opus import OggOpusEncoder
+from voiceserver.audio.encoders.pcm import PcmEncoder
+from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
+from voiceserver.audio.resample import StreamResampler, as_mono_float32
+from voiceserver.audio.wav import wav_header
+
+RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+DEFAULT_RESPONSE_FORMAT = "mp3"
+DEFAULT_SAMPLE_RATE = 24000
+MEDIA_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+}
+SAMPLE_RATES: dict[str, tuple[int, ...]] = {
+    fmt: OPUS_SAMPLE_RATES if fmt == "opus" else PCM_SAMPLE_RATES for fmt in RESPONSE_FORMATS
+}
+# Mono speech bit rates: transparent for synthetic speech, far below the codecs' limits
+# (FFmpeg's AAC caps a channel at 6 bits per sample, so 8 kHz gets less).
+_MP3_BITRATE = {8000: 32000, 16000: 48000, 22050: 64000, 24000: 64000, 44100: 96000, 48000: 96000}
+_AAC_BITRATE = {8000: 32000, 16000: 48000, 22050: 64000, 24000: 64000, 44100: 96000, 48000: 96000}
+
+
+class _ByteSink:
+    """Write-only, non-seekable file object that the muxer writes into."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self._chunks.append(bytes(data))
+        return len(data)
+
+    def take(self) -> list[bytes]:
+        data, self._chunks = b"".join(self._chunks), []
+        return [data] if data else []
+
+
+class WavStreamEncoder:
+    """16-bit PCM behind an open-ended RIFF header (sent with the first payload)."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+        self.content_type = MEDIA_TYPES["wav"]
+        self._pcm = PcmEncoder("pcm_s16le", sample_rate)
+        self._header: bytes | None = wav_header(sample_rate)
+
+    @property
+    def samples_emitted(self) -> int:
+        return self._pcm.samples_emitted
+
+    def encode(self, pcm: np.ndarray) -> list[bytes]:
+        return self._with_header(self._pcm.encode(pcm))
+
+    def flush(self) -> list[bytes]:
+        return self._with_header(self._pcm.flush())
+
+    def close(self) -> None:
+        self._pcm.close()
+
+    def _with_header(self, payloads: list[bytes]) -> list[bytes]:
+        if self._header is None:
+            return payloads
+        header, self._header = self._header, None
+        return [header, *payloads]
+
+
+class AvFileEncoder:
+    """One FFmpeg encoder + muxer writing a file as a byte stream (mp3, ADTS AAC, FLAC).
+
+    Frames of exactly the codec's frame size go in (the last one may be
+    short), so the bytes out are the same however the input was chunked.
+    """
+
+    _SPECS = {
+        # response_format: (muxer, codec, sample format fed to the codec)
+        "mp3": ("mp3", "libmp3lame", "fltp"),
+        "aac": ("adts", "aac", "fltp"),
+        "flac": ("flac", "flac", "s16"),
+    }
+
+    def __init__(self, response_format: str, sample_rate: int) -> None:
+        muxer, codec, sample_format = self._SPECS[response_format]
+        self.sample_rate = sample_rate
+        self.content_type = MEDIA_TYPES[response_format]
+        self._sample_format = sample_format
+        self._sink = _ByteSink()
+        options = {"flush_packets": "1"}
+        if muxer == "mp3":
+            options["id3v2_version"] = "0"  # no tag: the first bytes are audio frames
+        self._container = av.open(self._sink, "w", format=muxer, options=options)
+        self._stream = self._container.add_stream(codec, rate=sample_rate, layout="mono")
+        self._stream.codec_context.format = sample_format
+        if response_format == "mp3":
+            self._stream.bit_rate = _MP3_BITRATE[sample_rate]
+        elif response_format == "aac":
+            self._stream.bit_rate = _AAC_BITRATE[sample_rate]
+        self._stream.codec_context.open()
+        self._frames = FrameBuffer(self._stream.codec_context.frame_size or 1024)
+        self._time_base = Fraction(1, sample_rate)
+        self._samples_in = 0
+        self._finished = False
+
+    @property
+    def samples_emitted(self) -> int:
+        return self._samples_in
+
+    def encode(self, pcm: np.ndarray) -> list[bytes]:
+        if self._finished:
+            raise RuntimeError("encode() after flush()")
+        for frame in self._frames.push(as_mono_float32(pcm)):
+            self._encode_frame(frame)
+        return self._sink.take()
+
+    def flush(self) -> list[bytes]:
+        if self._finished:
+            raise RuntimeError("flush() called twice")
+        self._finished = True
+        rest = self._frames.take_rest()
+        if len(rest):
+            self._encode_frame(rest)
+        self._container.mux(self._stream.encode(None))
+        self._container.close()
+        return self._sink.take()
+
+    def close(self) -> None:
+        """Drop the stream without finishing it (a cancelled request)."""
+        if not self._finished:
+            self._finished = True
+            self._container.close()
+            self._sink.take()
+
+    def _encode_frame(self, samples: np.ndarray) -> None:
+        if self._sample_format == "s16":
+            data = float_to_s16(samples)[None, :]
+        else:
+            data = np.ascontiguousarray(clip_unit(samples), dtype=np.float32)[None, :]
+        frame = av.AudioFrame.from_ndarray(data, format=self._sample_format, layout="mono")
+        frame.sample_rate = self.sample_rate
+        frame.time_base = self._time_base
+        frame.pts = self._samples_in
+        self._samples_in += len(samples)
+        self._container.mux(self._stream.encode(frame))
+
+
+def make_file_encoder(response_format: str, sample_rate: int) -> Encoder:
+    """A fresh streaming encoder for one response; raises ValueError for a bad
+    format or a rate the format does not allow."""
+    if response_format not in RESPONSE_FORMATS:
+        raise ValueError(
+            f"unknown response_format {response_format!r}; allowed: {', '.join(RESPONSE_FORMATS)}"
+        )
+    if sample_rate not in SAMPLE_RATES[response_format]:
+        allowed = ", ".join(str(r) for r in SAMPLE_RATES[response_format])
+        raise ValueError(f"sample_rate {sample_rate!r} is not allowed for {response_format}: {allowed}")
+    if response_format == "pcm":
+        return PcmEncoder("pcm_s16le", sample_rate)
+    if response_format == "wav":
+        return WavStreamEncoder(sample_rate)
+    if response_format == "opus":
+        return OggOpusEncoder(sample_rate)
+    return AvFileEncoder(response_format, sample_rate)
+
+
+class FileStream:
+    """Model-rate float32 PCM in, the bytes of one audio file out, piece by piece.
+
+    Resampler + file encoder of one response. Not thread-safe but free of
+    thread affinity: call it from one worker of a pool at a time.
+    """
+
+    def __init__(self, response_format: str, input_rate: int, sample_rate: int) -> None:
+        self.response_format = response_format
+        self.media_type = MEDIA_TYPES[response_format]
+        self.sample_rate = sample_rate
+        self._encoder = make_file_encoder(response_format, sample_rate)
+        self._resampler = StreamResampler(input_rate, sample_rate)
+        self._done = False
+
+    def push(self, pcm: np.ndarray) -> bytes:
+        """Feed the next chunk; return the bytes ready now (maybe none)."""
+        if self._done:
+            raise RuntimeError("FileStream.push() after finish() or close()")
+        pcm = np.nan_to_num(as_mono_float32(pcm), nan=0.0, posinf=1.0, neginf=-1.0)
+        return b"".join(self._encoder.encode(self._resampler.process(pcm)))
+
+    def finish(self) -> bytes:
+        """End of the audio: everything still held, with the file's end."""
+        if self._done:
+            raise RuntimeError("FileStream.finish() after finish() or close()")
+        self._done = True
+        tail = self._encoder.encode(self._resampler.flush())
+        return b"".join(tail + self._encoder.flush())
+
+    def close(self) -> None:
+        """Abandon the file (client gone): free the encoder, emit nothing."""
+        if not self._done:
+            self._done = True
+            self._encoder.close()
