@@ -1,5 +1,518 @@
-"""Placeholder until the real handler lands (being written now)."""
+"""GET /v1/audio/speech/stream: vllm-omni's streaming-text WebSocket, served by our engine.
+
+The same message set and order as vllm-omni's ``serving_speech_stream.py`` (see
+``protocol/compat_vllm.py``), so its clients work unchanged:
+
+- ``session.config`` must come first; before it, any other or any bad message gets an
+  ``error`` and the socket closes. It may be sent again between utterances (not while
+  text of an utterance is pending: that is an ``error`` and the old config stays).
+- ``input.text`` is cut by ``split_granularity``: ``none`` waits for ``input.done``;
+  ``sentence`` and ``clause`` cut as text streams in (with our segmenter, the clause
+  mode exactly as the native endpoint's automatic mode).
+- Every cut is one "sentence", spoken as one engine context, in order: ``audio.start``,
+  its audio, ``audio.done {total_bytes, error}``. Without ``stream_audio`` the audio is
+  one binary frame holding the whole sentence as a file of ``response_format``; with it,
+  raw chunks as they are made (pcm: s16le at the model's rate, named in ``audio.start``;
+  wav: one header with open sizes, then s16le; opus: Ogg pages).
+- ``input.done`` flushes the rest, then ``session.done {utterance_index,
+  total_sentences}``; the socket stays open. ``session.close`` closes it with 1000 once
+  everything before it has been answered.
+- Errors after the first config are not fatal. A failed sentence gets an ``error``
+  (``partial_audio``/``action: discard`` when some of its audio went out) and still its
+  ``audio.done`` with ``error: true``.
+
+Unlike vllm-omni the socket is read while audio is sent, so a disconnect cancels the
+sentence in flight at once and frees its engine slot; everything that is answered goes
+through one ordered queue, so the order of the replies stays vllm-omni's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgspec
+import numpy as np
+from starlette.responses import JSONResponse
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from models.base import ModelInputError, SynthParams
+from protocol.compat_vllm import (
+    VllmAudioDone,
+    VllmAudioStart,
+    VllmError,
+    VllmInputDone,
+    VllmInputText,
+    VllmServerMessage,
+    VllmSessionClose,
+    VllmSessionConfig,
+    VllmSessionDone,
+    decode_vllm_client,
+    encode_vllm_server,
+    vllm_error,
+)
+from protocol.errors import CloseCode, ProtocolError
+from voiceserver.audio import AudioFormat, OutputStage, make_output, wav_header
+from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
+from voiceserver.params import resolve_params
+from voiceserver.runtime import Runtime
+from voiceserver.session.utterance import Utterance, UtteranceError
+from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
+from voiceserver.transport.auth import chosen_subprotocol, key_ok, offered_key
+
+log = logging.getLogger(__name__)
+
+ENDPOINT = "ws_compat"
+CONFIG_TIMEOUT_S = 10.0
+"""vllm-omni's wait for the first ``session.config``."""
+STREAMABLE_FORMATS = ("pcm", "wav", "opus")
+"""``response_format`` values that ``stream_audio`` can send piece by piece."""
 
 
-async def vllm_speech_stream(request):  # type: ignore[no-untyped-def]
-    raise NotImplementedError
+class ConfigError(ValueError):
+    """A ``session.config`` that cannot be applied."""
+
+
+@dataclass(frozen=True)
+class AudioSpec:
+    response_format: str
+    stream: bool
+    sample_rate: int
+    """Rate of the audio sent: the model's own wherever the format allows it."""
+
+    @property
+    def wire_format(self) -> AudioFormat:
+        """What the output stage makes: s16le PCM, or Ogg/Opus for ``opus``."""
+        if self.response_format == "opus":
+            return AudioFormat("opus", self.sample_rate, "ogg")
+        return AudioFormat("pcm_s16le", self.sample_rate)
+
+
+@dataclass(frozen=True)
+class CompatSettings:
+    """One applied ``session.config``."""
+
+    params: SynthParams
+    audio: AudioSpec
+    segmenter: SegmenterConfig
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    settings: CompatSettings
+    text: str
+    utterance_index: int
+    sentence_index: int
+
+
+@dataclass(frozen=True)
+class _Close:
+    code: int
+    reason: str
+
+
+_Job = _Sentence | str | _Close
+
+
+class _Kind(msgspec.Struct):
+    type: Any = None
+
+
+_kind_decoder = msgspec.json.Decoder(_Kind)
+
+
+def _message_type(raw: str) -> object:
+    try:
+        return _kind_decoder.decode(raw).type
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return None
+
+
+def _output_rate(model_rate: int, allowed: tuple[int, ...]) -> int:
+    if model_rate in allowed:
+        return model_rate
+    return min((r for r in allowed if r >= model_rate), default=max(allowed))
+
+
+def settings_from_config(rt: Runtime, cfg: VllmSessionConfig) -> CompatSettings:
+    """Validate a ``session.config`` against the loaded model; raises ConfigError or
+    ModelInputError naming what to change."""
+    if cfg.word_timestamps:
+        raise ConfigError("word_timestamps: not available on this server; set it to false")
+    if cfg.stream_audio and cfg.response_format not in STREAMABLE_FORMATS:
+        raise ConfigError(
+            f"response_format: {cfg.response_format!r} cannot be streamed; with"
+            f" stream_audio=true use one of: {', '.join(STREAMABLE_FORMATS)}"
+        )
+    extra: dict[str, Any] = {
+        "ref_audio": cfg.ref_audio,
+        "ref_text": cfg.ref_text,
+        "x_vector_only": cfg.x_vector_only_mode,
+        "speaker_embedding": cfg.speaker_embedding,
+        "seed": cfg.seed,
+        "max_new_tokens": cfg.max_new_tokens,
+        "streaming_text": None if cfg.non_streaming_mode is None else not cfg.non_streaming_mode,
+    }
+    language = cfg.language
+    if language is not None and language.lower() == "auto":
+        language = None  # vllm-omni's "Auto": the model's own default
+    params = resolve_params(
+        rt,
+        model=cfg.model,
+        voice=cfg.effective_voice,
+        language=language,
+        speed=1.0 if cfg.speed is None else cfg.speed,
+        instructions=cfg.instructions,
+        extra={k: v for k, v in extra.items() if v is not None},
+    )
+    model_rate = rt.model.capabilities.sample_rate
+    allowed = OPUS_SAMPLE_RATES if cfg.response_format == "opus" else PCM_SAMPLE_RATES
+    audio = AudioSpec(cfg.response_format, cfg.stream_audio, _output_rate(model_rate, allowed))
+    audio.wire_format.validate()
+    base = replace(rt.model_config.segmenter, mode="auto", max_delay_ms=None)
+    if cfg.split_granularity == "none":
+        segmenter = replace(base, mode="manual")
+    elif cfg.split_granularity == "sentence":
+        segmenter = replace(base, first_min_chars=base.max_chars, min_clause_chars=base.max_chars)
+    else:
+        segmenter = base
+    return CompatSettings(params, audio, segmenter)
+
+
+class SentenceEncoder:
+    """Model-rate float32 PCM of one sentence -> the bytes sent for it.
+
+    Streamed, ``feed`` returns what is ready; otherwise it returns nothing until the
+    final chunk, then the whole file. Runs in the encode pool (one thread at a time).
+    """
+
+    def __init__(self, spec: AudioSpec, input_rate: int) -> None:
+        self.spec = spec
+        self._stage: OutputStage = make_output(spec.wire_format, input_rate)
+        self._body = bytearray()
+        self._header_due = spec.stream and spec.response_format == "wav"
+
+    def feed(self, pcm: np.ndarray, final: bool) -> bytes:
+        data = b"".join(self._stage.push(pcm))
+        if final:
+            data += b"".join(self._stage.finish())
+        if self.spec.stream:
+            if self._header_due and (data or final):
+                self._header_due = False
+                data = wav_header(self.spec.sample_rate) + data
+            return data
+        self._body += data
+        return self._file() if final else b""
+
+    def _file(self) -> bytes:
+        fmt, rate = self.spec.response_format, self.spec.sample_rate
+        if fmt == "wav":
+            return wav_header(rate, data_bytes=len(self._body)) + self._body
+        if fmt in ("mp3", "flac"):
+            return encode_file(bytes(self._body), rate, fmt)
+        return bytes(self._body)
+
+
+def encode_file(s16: bytes, rate: int, fmt: str) -> bytes:
+    """A whole mono s16le recording as an MP3 or FLAC file."""
+    import av  # imported on use: only these two formats need FFmpeg
+
+    codec = {"mp3": "libmp3lame", "flac": "flac"}[fmt]
+    out = io.BytesIO()
+    with av.open(out, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=rate, layout="mono")
+        samples = np.frombuffer(s16, np.int16)
+        if len(samples):
+            frame = av.AudioFrame.from_ndarray(samples[None, :], format="s16", layout="mono")
+            frame.sample_rate = rate
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out.getvalue()
+
+
+class CompatSession:
+    """One connection: the receive loop (state, splitting) and the worker that speaks."""
+
+    def __init__(self, rt: Runtime, ws: WebSocket) -> None:
+        self.rt = rt
+        self.ws = ws
+        self.settings: CompatSettings | None = None
+        self._segmenter: TextSegmenter | None = None
+        self._utterance_index = 0
+        self._sentence_index = 0
+        self._utterance_open = False
+        self._closing = False
+        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self._pending = 0
+        """Jobs queued or in progress; the idle timer runs only at zero."""
+        self._queued_chars = 0
+        """Characters of queued sentences not spoken yet (bounded by max_text_chars)."""
+        self._loop = asyncio.get_running_loop()
+
+    async def run(self) -> None:
+        worker = asyncio.create_task(self._work())
+        try:
+            while True:
+                timeout = (
+                    CONFIG_TIMEOUT_S
+                    if self.settings is None
+                    else self.rt.server.limits.idle_timeout_s
+                )
+                try:
+                    message = await asyncio.wait_for(self.ws.receive(), timeout)
+                except TimeoutError:
+                    self._on_timeout()
+                    continue
+                if message["type"] == "websocket.disconnect":
+                    return
+                if self._closing:
+                    continue
+                if message.get("text") is not None:
+                    self._on_text(message["text"])
+                else:
+                    self._reject("binary frames are not accepted; send JSON text messages")
+        finally:
+            # A closed socket ends everything at once: the sentence in flight is
+            # cancelled (its Utterance frees the engine slot) and the queue dropped.
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await worker
+
+    # -- receive side ------------------------------------------------------
+
+    def _on_timeout(self) -> None:
+        if self._pending or self._closing:
+            return
+        if self.settings is None:
+            self._fatal("Timeout waiting for session.config", CloseCode.IDLE_TIMEOUT)
+        else:
+            self._fatal("Idle timeout: no message received", CloseCode.IDLE_TIMEOUT)
+
+    def _on_text(self, raw: str) -> None:
+        try:
+            msg = decode_vllm_client(raw)
+        except ProtocolError as err:
+            self.rt.metrics.error(ENDPOINT, str(err.code))
+            text = vllm_error(err).message
+            if _message_type(raw) == "session.config":
+                text = f"Invalid session config: {text}"
+            self._reject(text)
+            return
+        if isinstance(msg, VllmSessionConfig):
+            self._configure(msg)
+        elif self.settings is None:
+            self._reject(f"Expected session.config, got: {msg.__struct_config__.tag}")
+        elif isinstance(msg, VllmInputText):
+            self._input_text(msg.text)
+        elif isinstance(msg, VllmInputDone):
+            self._input_done()
+        elif isinstance(msg, VllmSessionClose):
+            self._closing = True
+            self._put(_Close(int(CloseCode.NORMAL), "session closed"))
+
+    def _configure(self, msg: VllmSessionConfig) -> None:
+        if self._utterance_open:
+            self._reject(
+                "session.config cannot be applied while an utterance is in progress;"
+                " send input.done first"
+            )
+            return
+        try:
+            settings = settings_from_config(self.rt, msg)
+        except ModelInputError as exc:
+            self.rt.metrics.error(ENDPOINT, exc.code)
+            self._reject(f"Invalid session config: {exc.code}: {exc}")
+            return
+        except ValueError as exc:  # ConfigError, or an output format the encoders refuse
+            self.rt.metrics.error(ENDPOINT, "unsupported_value")
+            self._reject(f"Invalid session config: {exc}")
+            return
+        self.settings = settings
+        self._segmenter = TextSegmenter(settings.segmenter)
+
+    def _input_text(self, text: str) -> None:
+        assert self._segmenter is not None
+        if not text:
+            return
+        limit = self.rt.server.limits.max_text_chars
+        if self._queued_chars + len(self._segmenter.buffered) + len(text) > limit:
+            self.rt.metrics.error(ENDPOINT, "text_too_long")
+            self._reject(
+                f"text_too_long: more than {limit} characters would wait to be spoken;"
+                " send less text or wait for audio.done"
+            )
+            return
+        self._utterance_open = True
+        for segment in self._segmenter.push(text, time.monotonic()):
+            self._add_sentence(segment.text)
+
+    def _input_done(self) -> None:
+        assert self._segmenter is not None and self.settings is not None
+        segment = self._segmenter.flush()
+        if segment is not None:
+            self._add_sentence(segment.text)
+        done = VllmSessionDone(
+            utterance_index=self._utterance_index, total_sentences=self._sentence_index
+        )
+        self._put(encode_vllm_server(done))
+        self._utterance_index += 1
+        self._sentence_index = 0
+        self._utterance_open = False
+        # The next utterance starts afresh (its first clause may again be cut early).
+        self._segmenter = TextSegmenter(self.settings.segmenter)
+
+    def _add_sentence(self, text: str) -> None:
+        assert self.settings is not None
+        self._queued_chars += len(text)
+        self._put(_Sentence(self.settings, text, self._utterance_index, self._sentence_index))
+        self._sentence_index += 1
+
+    def _reject(self, message: str) -> None:
+        """An ``error``; before the first config it also ends the connection, as in vllm-omni."""
+        if self.settings is None:
+            self._fatal(message, CloseCode.POLICY_VIOLATION)
+        else:
+            self._put(encode_vllm_server(VllmError(message=message)))
+
+    def _fatal(self, message: str, code: CloseCode) -> None:
+        self._closing = True
+        self._put(encode_vllm_server(VllmError(message=message)))
+        self._put(_Close(int(code), message[:120]))
+
+    def _put(self, job: _Job) -> None:
+        self._pending += 1
+        self._jobs.put_nowait(job)
+
+    # -- worker side -------------------------------------------------------
+
+    async def _work(self) -> None:
+        try:
+            while True:
+                job = await self._jobs.get()
+                if isinstance(job, _Close):
+                    await self._close(job.code, job.reason)
+                    return
+                if isinstance(job, str):
+                    await self.ws.send_text(job)
+                else:
+                    try:
+                        await self._speak(job)
+                    finally:
+                        self._queued_chars -= len(job.text)
+                self._pending -= 1
+        except (WebSocketDisconnect, OSError):
+            return  # the client is gone; the receive loop sees the disconnect
+        except Exception as exc:
+            log.exception("compat session failed")
+            with contextlib.suppress(Exception):
+                await self._send(VllmError(message=f"Internal error: {exc}"))
+            await self._close(int(CloseCode.INTERNAL_ERROR), "internal error")
+
+    async def _speak(self, job: _Sentence) -> None:
+        spec = job.settings.audio
+        caps = self.rt.model.capabilities
+        describe = spec.stream and spec.response_format == "pcm"
+        start = VllmAudioStart(
+            utterance_index=job.utterance_index,
+            sentence_index=job.sentence_index,
+            sentence_text=job.text,
+            format=spec.response_format,
+            sample_rate=spec.sample_rate if describe else None,
+            channels=1 if describe else None,
+        )
+        started = False
+
+        async def send_start() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                await self._send(start)
+
+        # Streamed pcm announces itself with its first audio, as vllm-omni does.
+        if not describe:
+            await send_start()
+        encoder = SentenceEncoder(spec, caps.sample_rate)
+        tracker = self.rt.metrics.track(ENDPOINT)
+        tracker.text_arrived()
+        total = 0
+        failure: UtteranceError | None = None
+        try:
+            async with Utterance(self.rt, job.settings.params, "none") as utterance:
+                utterance.append(job.text)
+                utterance.end()
+                async for chunk in utterance.events():
+                    data = await self._loop.run_in_executor(
+                        self.rt.encode_pool, encoder.feed, chunk.pcm, chunk.final
+                    )
+                    tracker.audio(
+                        len(chunk.pcm) / caps.sample_rate, len(chunk.pcm) // caps.samples_per_frame
+                    )
+                    if data:
+                        await send_start()
+                        await self.ws.send_bytes(data)
+                        total += len(data)
+            tracker.done()
+        except UtteranceError as exc:
+            failure = exc
+            tracker.failed(exc.code)
+        finally:
+            tracker.cancelled()  # a no-op unless done()/failed() was never reached
+        await send_start()
+        if failure is not None:
+            partial = total > 0
+            await self._send(
+                VllmError(
+                    message=f"Generation failed for utterance {job.utterance_index},"
+                    f" sentence {job.sentence_index}: {failure.code}: {failure.message}",
+                    partial_audio=True if partial else None,
+                    action="discard" if partial else None,
+                )
+            )
+        await self._send(
+            VllmAudioDone(
+                utterance_index=job.utterance_index,
+                sentence_index=job.sentence_index,
+                total_bytes=total,
+                error=failure is not None,
+            )
+        )
+
+    async def _send(self, msg: VllmServerMessage) -> None:
+        await self.ws.send_text(encode_vllm_server(msg))
+
+    async def _close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.ws.close(code=code, reason=reason)
+
+
+async def vllm_speech_stream(ws: WebSocket) -> None:
+    rt: Runtime = ws.app.state.runtime
+    if not key_ok(rt.server.api_keys, offered_key(ws.headers, ws.query_params)):
+        if "websocket.http.response" in ws.scope.get("extensions", {}):
+            await ws.send_denial_response(
+                JSONResponse(
+                    {"error": {"code": "unauthorized", "message": "missing or wrong API key"}}, 401
+                )
+            )
+        else:
+            await ws.close(code=int(CloseCode.UNAUTHORIZED), reason="unauthorized")
+        return
+    await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
+    rt.session_opened(ENDPOINT)
+    try:
+        await CompatSession(rt, ws).run()
+    except WebSocketDisconnect:
+        pass
+    except Exception:
+        log.exception("compat session failed")
+        with contextlib.suppress(Exception):
+            await ws.close(code=int(CloseCode.INTERNAL_ERROR), reason="internal error")
+    finally:
+        rt.session_closed(ENDPOINT)
