@@ -186,7 +186,9 @@ def make_file_encoder(response_format: str, sample_rate: int) -> Encoder:
         )
     if sample_rate not in SAMPLE_RATES[response_format]:
         allowed = ", ".join(str(r) for r in SAMPLE_RATES[response_format])
-        raise ValueError(f"sample_rate {sample_rate!r} is not allowed for {response_format}: {allowed}")
+        raise ValueError(
+            f"sample_rate {sample_rate!r} is not allowed for {response_format}: {allowed}"
+        )
     if response_format == "pcm":
         return PcmEncoder("pcm_s16le", sample_rate)
     if response_format == "wav":

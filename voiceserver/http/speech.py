@@ -1,5 +1,478 @@
-"""Placeholder until the real handler lands (being written now)."""
+"""POST /v1/audio/speech: OpenAI's speech endpoint, streamed, plus vllm-omni's extras.
+
+What clients send (checked against OpenAI's API reference as the ``openai``
+package 3.x documents it, and vllm-omni's ``OpenAICreateSpeechRequest`` at
+commit 0131cb5, ``vllm_omni/entrypoints/openai/protocol/audio.py``):
+
+- OpenAI: ``model`` (required there, optional here: an unknown one is a 404),
+  ``input`` (OpenAI caps it at 4096 characters; here
+  ``limits.max_text_chars``), ``voice`` (a name, or ``{"id": name}``),
+  ``instructions``, ``response_format`` (mp3 | opus | aac | flac | wav | pcm,
+  default mp3), ``speed`` (0.25..4.0, default 1.0), ``stream_format``
+  (audio | sse; OpenAI refuses sse only for its older models, not per format).
+- vllm-omni: ``speaker`` (alias of ``voice``), ``sample_rate`` (output rate),
+  ``language``, ``task_type`` (CustomVoice | VoiceDesign | Base), ``ref_audio``,
+  ``ref_text``, ``x_vector_only_mode``, ``speaker_embedding``, ``seed``,
+  ``max_new_tokens``, ``non_streaming_mode``, ``initial_codec_chunk_frames``,
+  ``extra_params`` (an object of model-specific settings), ``stream`` (true
+  with no ``stream_format`` selects SSE). Fields vllm-omni does not know are
+  ignored there (pydantic drops them) and here too.
+
+Model-specific extras go into ``SynthParams.extra`` under the names the model
+families read (``x_vector_only_mode`` -> ``x_vector_only``,
+``non_streaming_mode`` -> ``streaming_text`` negated); ``extra_params`` entries
+go there as well, the explicit fields winning. ``initial_codec_chunk_frames``
+is accepted and ignored: chunk sizes are engine configuration here.
+
+Every response streams: ``stream_format=audio`` sends the file's bytes in a
+chunked body as they are encoded; ``sse`` sends
+``data: {"type": "speech.audio.delta", "audio": <base64>}`` events carrying
+the same bytes, then ``data: {"type": "speech.audio.done", "usage":
+{"input_tokens", "output_tokens", "total_tokens"}}`` (OpenAI's event shapes).
+vllm-omni allows SSE only with pcm/wav because its encoders are whole-file;
+ours stream every format, so every format may go over SSE. Usage counts input
+characters as input tokens and generated audio frames as output tokens. A
+failure after the headers went out ends an audio body without its last chunk
+(the client sees a truncated transfer) and an SSE stream with a
+``speech.audio.error`` event (vllm-omni's name) carrying the error object.
+
+Headers are sent once the first audio exists, so errors that the engine finds
+while starting (voice, reference audio) still get a proper status. Every
+response carries ``x-request-id`` (the client's, or a new one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from models.base import ModelInputError, SynthParams
+from protocol.errors import ErrorCode
+from voiceserver.audio.containers import (
+    DEFAULT_RESPONSE_FORMAT,
+    DEFAULT_SAMPLE_RATE,
+    MEDIA_TYPES,
+    RESPONSE_FORMATS,
+    SAMPLE_RATES,
+    FileStream,
+)
+from voiceserver.engine.messages import AudioChunk
+from voiceserver.http.errors import (
+    ApiError,
+    check_auth,
+    error_response,
+    from_engine_failure,
+    from_model_error,
+    invalid,
+)
+from voiceserver.params import resolve_params
+from voiceserver.runtime import Runtime
+from voiceserver.session.utterance import Utterance, UtteranceError
+
+T = TypeVar("T")
+
+STREAM_FORMATS = ("audio", "sse")
+TASK_TYPES = ("CustomVoice", "VoiceDesign", "Base")
+SPEED_RANGE = (0.25, 4.0)
+MAX_BODY_BYTES = 16 << 20
+"""Largest request body (vllm-omni caps reference audio at 10 MB)."""
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-async def speech(request):  # type: ignore[no-untyped-def]
-    raise NotImplementedError
+def runtime_of(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def request_id_of(request: Request) -> str:
+    given = request.headers.get("x-request-id", "").strip()
+    if given and len(given) <= 200 and given.isprintable():
+        return given
+    return uuid.uuid4().hex
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object, or a 400/413 ApiError."""
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(
+                413,
+                f"request body is larger than {MAX_BODY_BYTES} bytes",
+                code=ErrorCode.MESSAGE_TOO_BIG,
+            )
+        parts.append(part)
+    try:
+        body = json.loads(b"".join(parts))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"malformed JSON body: {exc}", code=ErrorCode.INVALID_JSON) from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object", code=ErrorCode.INVALID_JSON)
+    return body
+
+
+# -- request fields ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """One validated synthesis request."""
+
+    text: str
+    params: SynthParams
+    response_format: str
+    sample_rate: int
+    stream_format: str
+
+
+class _Fields:
+    """Typed reads of a JSON object; null counts as absent (as in vllm-omni)."""
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self.body = body
+
+    def present(self, key: str) -> bool:
+        return self.body.get(key) is not None
+
+    def string(self, key: str) -> str | None:
+        value = self.body.get(key)
+        if value is not None and not isinstance(value, str):
+            raise invalid(key, f"must be a string, got {_kind(value)}")
+        return value
+
+    def boolean(self, key: str) -> bool | None:
+        value = self.body.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise invalid(key, f"must be true or false, got {_kind(value)}")
+        return value
+
+    def number(self, key: str, low: float, high: float) -> float | None:
+        value = self.body.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise invalid(key, f"must be a number from {low} to {high}, got {_kind(value)}")
+        if not (math.isfinite(value) and low <= value <= high):
+            raise invalid(key, f"must be from {low} to {high}, got {value}")
+        return float(value)
+
+    def integer(self, key: str, low: int, high: int) -> int | None:
+        value = self.body.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(key, f"must be an integer, got {_kind(value)}")
+        if not low <= value <= high:
+            raise invalid(key, f"must be from {low} to {high}, got {value}")
+        return value
+
+    def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
+        value = self.string(key)
+        if value is None:
+            return default
+        for option in allowed:
+            if value.lower() == option.lower():
+                return option
+        raise invalid(
+            key,
+            f"{value!r} is not supported; allowed: {', '.join(allowed)}",
+            ErrorCode.UNSUPPORTED_VALUE,
+        )
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def normalize_aliases(body: Mapping[str, Any]) -> dict[str, Any]:
+    """vllm-omni's ``speaker`` is ``voice``; OpenAI's ``{"id": ...}`` voice is its id."""
+    out = dict(body)
+    speaker = out.pop("speaker", None)
+    if out.get("voice") is None and speaker is not None:
+        out["voice"] = speaker
+    voice = out.get("voice")
+    if isinstance(voice, dict):
+        if not isinstance(voice.get("id"), str):
+            raise invalid("voice", "a voice object must have a string 'id'")
+        out["voice"] = voice["id"]
+    return out
+
+
+def parse_speech_request(
+    rt: Runtime, body: Mapping[str, Any], default_format: str = DEFAULT_RESPONSE_FORMAT
+) -> SpeechRequest:
+    """Validate one request body; raises ApiError naming the field and what is allowed."""
+    fields = _Fields(normalize_aliases(body))
+    caps = rt.model.capabilities
+    limit = rt.server.limits.max_text_chars
+
+    text = fields.string("input")
+    if text is None:
+        raise ApiError(400, "input: required", param="input", code=ErrorCode.MISSING_FIELD)
+    if not text.strip():
+        raise invalid("input", "must contain text to speak, got an empty string")
+    if len(text) > limit:
+        raise invalid(
+            "input", f"is {len(text)} characters long; at most {limit}", ErrorCode.TEXT_TOO_LONG
+        )
+    instructions = fields.string("instructions")
+    if instructions is not None and len(instructions) > limit:
+        raise invalid("instructions", f"at most {limit} characters", ErrorCode.TEXT_TOO_LONG)
+
+    response_format = fields.choice("response_format", RESPONSE_FORMATS, default_format)
+    stream = fields.boolean("stream")
+    stream_format = fields.choice("stream_format", STREAM_FORMATS, "sse" if stream else "audio")
+    rates = SAMPLE_RATES[response_format]
+    sample_rate = fields.integer("sample_rate", 1, 1 << 30)
+    if sample_rate is None:
+        sample_rate = DEFAULT_SAMPLE_RATE
+    elif sample_rate not in rates:
+        raise invalid(
+            "sample_rate",
+            f"{sample_rate} Hz is not offered for {response_format}; allowed: "
+            + ", ".join(str(r) for r in rates),
+            ErrorCode.UNSUPPORTED_VALUE,
+        )
+    speed = fields.number("speed", *SPEED_RANGE)
+    speed = 1.0 if speed is None else speed
+    if speed != 1.0 and not caps.supports_speed:
+        raise invalid(
+            "speed",
+            f"this model cannot change speed; allowed: 1.0 (got {speed})",
+            ErrorCode.UNSUPPORTED_VALUE,
+        )
+    if fields.boolean("word_timestamps"):
+        raise invalid(
+            "word_timestamps",
+            "not offered over HTTP; use the WebSocket /v1/audio/speech/ws with timestamps: word",
+            ErrorCode.UNSUPPORTED_VALUE,
+        )
+
+    voice = fields.string("voice")
+    if voice is not None:
+        names = {v.name.lower(): v.name for v in caps.voices}
+        voice = voice if voice in names.values() else names.get(voice.lower(), voice)
+    language = fields.string("language")
+    if language is not None and language.lower() == "auto":
+        language = None  # vllm-omni's "Auto": the model's own default
+    try:
+        params = resolve_params(
+            rt,
+            model=fields.string("model"),
+            voice=voice,
+            language=language,
+            speed=speed,
+            instructions=instructions,
+            extra=_model_extras(fields),
+        )
+    except ModelInputError as err:
+        raise from_model_error(err) from None
+    return SpeechRequest(text, params, response_format, sample_rate, stream_format)
+
+
+def _model_extras(fields: _Fields) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    extra_params = fields.body.get("extra_params")
+    if extra_params is not None:
+        if not isinstance(extra_params, dict):
+            raise invalid("extra_params", f"must be an object, got {_kind(extra_params)}")
+        extra.update(extra_params)
+    if fields.present("task_type"):
+        extra["task_type"] = fields.choice("task_type", TASK_TYPES, "")
+    for key in ("ref_audio", "ref_text"):
+        if fields.present(key):
+            extra[key] = fields.string(key)
+    if fields.present("seed"):
+        extra["seed"] = fields.integer("seed", *_INT64)
+    if fields.present("max_new_tokens"):
+        extra["max_new_tokens"] = fields.integer("max_new_tokens", 1, _INT64[1])
+    if fields.present("initial_codec_chunk_frames"):
+        fields.integer("initial_codec_chunk_frames", 0, _INT64[1])
+    if fields.present("x_vector_only_mode"):
+        extra["x_vector_only"] = fields.boolean("x_vector_only_mode")
+    if fields.present("non_streaming_mode"):
+        extra["streaming_text"] = not fields.boolean("non_streaming_mode")
+    embedding = fields.body.get("speaker_embedding")
+    if embedding is not None:
+        if not isinstance(embedding, list) or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+            for x in embedding
+        ):
+            raise invalid("speaker_embedding", "must be an array of finite numbers")
+        extra["speaker_embedding"] = [float(x) for x in embedding]
+    return extra
+
+
+# -- synthesis -------------------------------------------------------------------
+
+
+class SpeechStream:
+    """One request's audio: an engine context whose PCM becomes one file's bytes.
+
+    Resampling and encoding run in ``rt.encode_pool``, one call at a time, never
+    on the event loop. ``close()`` frees the engine slot and the encoder at any
+    point (a client that went away); it is idempotent.
+    """
+
+    def __init__(self, rt: Runtime, request: SpeechRequest) -> None:
+        self.rt = rt
+        self.request = request
+        self._samples_per_frame = rt.model.capabilities.samples_per_frame
+        self._file: FileStream | None = None
+        self._utterance: Utterance | None = None
+        self._events: AsyncIterator[AudioChunk] | None = None
+        self._first: AudioChunk | None = None
+        self._pending: Future[Any] | None = None
+        self._closed = False
+
+    @property
+    def media_type(self) -> str:
+        return MEDIA_TYPES[self.request.response_format]
+
+    async def start(self) -> None:
+        """Open the engine context and wait for its first audio; raises ApiError
+        when the engine refuses the request."""
+        request = self.request
+        rate = self.rt.model.capabilities.sample_rate
+        self._file = await self._encode(
+            FileStream, request.response_format, rate, request.sample_rate
+        )
+        utterance = Utterance(self.rt, request.params)
+        self._utterance = utterance
+        self._events = utterance.events()
+        utterance.append(self.request.text)
+        utterance.end()
+        try:
+            self._first = await anext(self._events)
+        except UtteranceError as err:
+            self.close()
+            raise from_engine_failure(err.code, err.message, err.param) from None
+        except BaseException:
+            self.close()
+            raise
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The file's bytes as they are encoded, ending with the file's end.
+        Raises ApiError if the engine fails midway."""
+        assert self._events is not None and self._file is not None, "start() first"
+        file, chunk = self._file, self._first
+        try:
+            while chunk is not None:
+                data = await self._encode(file.push, chunk.pcm)
+                if data:
+                    yield data
+                chunk = None if chunk.final else await anext(self._events, None)
+            tail = await self._encode(file.finish)
+        except UtteranceError as err:
+            raise from_engine_failure(err.code, err.message, err.param) from None
+        if tail:
+            yield tail
+
+    def usage(self) -> dict[str, int]:
+        """OpenAI's usage object: input characters and generated audio frames."""
+        chars = len(self.request.text)
+        samples = self._utterance.samples if self._utterance is not None else 0
+        frames = -(-samples // self._samples_per_frame)
+        return {"input_tokens": chars, "output_tokens": frames, "total_tokens": chars + frames}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._utterance is not None:
+            self._utterance.cancel()  # no-op once the context finished
+        pending = self._pending
+        if pending is None:
+            self._submit_close()
+        else:  # the encoder is not thread-safe: close it after the call in flight
+            pending.add_done_callback(lambda _: self._submit_close())
+
+    def _submit_close(self) -> None:
+        file = self._file
+        if file is None:
+            return
+        try:
+            self.rt.encode_pool.submit(file.close)
+        except RuntimeError:  # pool shut down with the server
+            file.close()
+
+    async def _encode(self, fn: Callable[..., T], *args: Any) -> T:
+        self._pending = self.rt.encode_pool.submit(fn, *args)
+        return await asyncio.wrap_future(self._pending)
+
+
+async def synthesize(rt: Runtime, request: SpeechRequest) -> tuple[bytes, dict[str, int]]:
+    """The whole file and its usage (for the batch endpoint)."""
+    stream = SpeechStream(rt, request)
+    try:
+        await stream.start()
+        data = b"".join([part async for part in stream.chunks()])
+        return data, stream.usage()
+    finally:
+        stream.close()
+
+
+def sse_event(payload: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _sse_body(stream: SpeechStream) -> AsyncIterator[bytes]:
+    try:
+        async for data in stream.chunks():
+            audio = base64.b64encode(data).decode("ascii")
+            yield sse_event({"type": "speech.audio.delta", "audio": audio})
+    except ApiError as err:
+        yield sse_event({"type": "speech.audio.error", **err.body()})
+        return
+    yield sse_event({"type": "speech.audio.done", "usage": stream.usage()})
+
+
+class SpeechResponse(StreamingResponse):
+    """A streamed body that frees its engine context however the response ends
+    (finished, failed, or the client went away)."""
+
+    def __init__(
+        self,
+        stream: SpeechStream,
+        content: AsyncIterator[bytes],
+        media_type: str,
+        headers: Mapping[str, str],
+    ) -> None:
+        super().__init__(content, media_type=media_type, headers=headers)
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stream.close()
+
+
+async def speech(request: Request) -> Response:
+    request_id = request_id_of(request)
+    rt = runtime_of(request)
+    try:
+        check_auth(request, rt.server.api_keys)
+        speech_request = parse_speech_request(rt, await read_json_object(request))
+        stream = SpeechStream(rt, speech_request)
+        await stream.start()
+    except ApiError as err:
+        return error_response(err, request_id)
+    headers = {"x-request-id": request_id, "cache-control": "no-store"}
+    if speech_request.stream_format == "sse":
+        headers["x-accel-buffering"] = "no"  # proxies must not hold events back
+        return SpeechResponse(stream, _sse_body(stream), "text/event-stream", headers)
+    return SpeechResponse(stream, stream.chunks(), stream.media_type, headers)
