@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -58,6 +57,7 @@ from protocol.compat_vllm import (
 )
 from protocol.errors import CloseCode, ProtocolError
 from voiceserver.audio import AudioFormat, OutputStage, make_output, wav_header
+from voiceserver.audio.containers import make_file_encoder
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
@@ -220,21 +220,9 @@ class SentenceEncoder:
 
 def encode_file(s16: bytes, rate: int, fmt: str) -> bytes:
     """A whole mono s16le recording as an MP3 or FLAC file."""
-    import av  # imported on use: only these two formats need FFmpeg
-
-    codec = {"mp3": "libmp3lame", "flac": "flac"}[fmt]
-    out = io.BytesIO()
-    with av.open(out, "w", format=fmt) as container:
-        stream = container.add_stream(codec, rate=rate, layout="mono")
-        samples = np.frombuffer(s16, np.int16)
-        if len(samples):
-            frame = av.AudioFrame.from_ndarray(samples[None, :], format="s16", layout="mono")
-            frame.sample_rate = rate
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return out.getvalue()
+    encoder = make_file_encoder(fmt, rate)
+    pcm = np.frombuffer(s16, "<i2").astype(np.float32) / 32767.0
+    return b"".join(encoder.encode(pcm) + encoder.flush())
 
 
 class CompatSession:
