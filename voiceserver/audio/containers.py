@@ -23,6 +23,7 @@ extra `sample_rate` picks another one of `SAMPLE_RATES[fmt]`.
 
 from __future__ import annotations
 
+import io
 from fractions import Fraction
 
 import av
@@ -233,3 +234,24 @@ class FileStream:
         if not self._done:
             self._done = True
             self._encoder.close()
+
+
+def encode_whole_file(s16: bytes, rate: int, fmt: str) -> bytes:
+    """A whole mono s16le recording as one MP3 or FLAC file.
+
+    Unlike the streaming encoders, the muxer may seek back here, so MP3 gets its
+    LAME/Info header and decoders trim the encoder delay exactly.
+    """
+    codec = {"mp3": "libmp3lame", "flac": "flac"}[fmt]
+    out = io.BytesIO()
+    with av.open(out, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=rate, layout="mono")
+        samples = np.frombuffer(s16, np.int16)
+        if len(samples):
+            frame = av.AudioFrame.from_ndarray(samples[None, :], format="s16", layout="mono")
+            frame.sample_rate = rate
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out.getvalue()

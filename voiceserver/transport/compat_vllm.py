@@ -57,7 +57,7 @@ from protocol.compat_vllm import (
 )
 from protocol.errors import CloseCode, ProtocolError
 from voiceserver.audio import AudioFormat, OutputStage, make_output, wav_header
-from voiceserver.audio.containers import make_file_encoder
+from voiceserver.audio.containers import encode_whole_file
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
@@ -214,15 +214,8 @@ class SentenceEncoder:
         if fmt == "wav":
             return wav_header(rate, data_bytes=len(self._body)) + self._body
         if fmt in ("mp3", "flac"):
-            return encode_file(bytes(self._body), rate, fmt)
+            return encode_whole_file(bytes(self._body), rate, fmt)
         return bytes(self._body)
-
-
-def encode_file(s16: bytes, rate: int, fmt: str) -> bytes:
-    """A whole mono s16le recording as an MP3 or FLAC file."""
-    encoder = make_file_encoder(fmt, rate)
-    pcm = np.frombuffer(s16, "<i2").astype(np.float32) / 32767.0
-    return b"".join(encoder.encode(pcm) + encoder.flush())
 
 
 class CompatSession:
