@@ -52,7 +52,10 @@ class EngineConfig:
     max_chunk_frames: int = 32
     """Largest later chunk; chunks double from the first up to this."""
     max_lead_s: float = 30.0
-    """A context this far ahead of real-time playout is not stepped."""
+    """A live context this far ahead of real-time playout is not stepped."""
+    offline_max_lead_s: float = 600.0
+    """The same bound for requests nobody plays in real time (HTTP files, batch):
+    they run as fast as the device allows, up to this much audio buffered."""
     max_contexts: int = 0
     """Model slots to use; 0 takes what the model offers."""
     idle_wait_s: float = 0.05
@@ -166,8 +169,8 @@ class EngineCore:
         now = time.monotonic()
         if isinstance(message, OpenContext):
             self._contexts[message.cid] = _Context(message.cid, message.sink, message.params)
-            self.scheduler.add(message.cid, now)
-            self.vocoder.open(message.cid)
+            self.scheduler.add(message.cid, now, message.max_lead_s)
+            self.vocoder.open(message.cid, message.max_lead_s)
             return
         ctx = self._contexts.get(message.cid)
         if ctx is None:

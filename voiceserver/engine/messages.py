@@ -23,6 +23,9 @@ class OpenContext:
     cid: int
     params: SynthParams
     sink: Callable[[EngineEvent], None]
+    max_lead_s: float | None = None
+    """How far ahead of real-time playout this context may run; None: the
+    engine's default (live streams). File requests pass a larger value."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class SchedContext:
     audio_s: float = 0.0
     """Seconds of audio produced so far."""
     first_audio_at: float | None = None
+    max_lead_s: float = 30.0
 
     def slack(self, now: float) -> float:
         if self.first_audio_at is None:
@@ -56,9 +57,12 @@ class ARScheduler:
         self.used_slots = 0
         self._seq = 0
 
-    def add(self, cid: int, now: float) -> None:
+    def add(self, cid: int, now: float, max_lead_s: float | None = None) -> None:
+        """``max_lead_s`` overrides the default lead for this context (e.g. a
+        file request that nobody plays in real time)."""
         self._seq += 1
-        self.contexts[cid] = SchedContext(cid, now, self._seq)
+        lead = self.max_lead_s if max_lead_s is None else max_lead_s
+        self.contexts[cid] = SchedContext(cid, now, self._seq, max_lead_s=lead)
         self.waiting.append(cid)
 
     def remove(self, cid: int) -> bool:
@@ -88,7 +92,7 @@ class ARScheduler:
         ready = [
             c
             for c in self.contexts.values()
-            if c.admitted and c.has_work and not c.finished and c.slack(now) <= self.max_lead_s
+            if c.admitted and c.has_work and not c.finished and c.slack(now) <= c.max_lead_s
         ]
         # No audio yet sorts first (slack -inf), oldest first among those.
         ready.sort(key=lambda c: (c.slack(now), c.seq))
@@ -108,7 +112,7 @@ class ARScheduler:
     def next_wakeup(self, now: float) -> float | None:
         """Earliest time a context held back by ``max_lead_s`` becomes ready."""
         times = [
-            c.first_audio_at + c.audio_s - self.max_lead_s
+            c.first_audio_at + c.audio_s - c.max_lead_s
             for c in self.contexts.values()
             if c.admitted and c.has_work and not c.finished and c.first_audio_at is not None
         ]

@@ -45,6 +45,7 @@ class _Stream:
     units: deque[_Unit] = field(default_factory=deque)
     emitted_s: float = 0.0
     first_emit_at: float | None = None
+    max_lead_s: float = 30.0
 
     def deadline(self) -> float:
         if self.first_emit_at is None:
@@ -71,8 +72,11 @@ class VocoderLoop:
         self.streams: dict[int, _Stream] = {}
         self._frame_s = vocoder.samples_per_frame / vocoder.sample_rate
 
-    def open(self, cid: int) -> None:
-        self.streams[cid] = _Stream(cid, self.vocoder.new_stream(), self.config.first_chunk_frames)
+    def open(self, cid: int, max_lead_s: float | None = None) -> None:
+        lead = self.config.max_lead_s if max_lead_s is None else max_lead_s
+        self.streams[cid] = _Stream(
+            cid, self.vocoder.new_stream(), self.config.first_chunk_frames, max_lead_s=lead
+        )
 
     def drop(self, cid: int) -> None:
         self.streams.pop(cid, None)
@@ -104,7 +108,7 @@ class VocoderLoop:
         candidates: list[tuple[_Stream, _Unit, int, int]] = []
         for stream in self.streams.values():
             if stream.first_emit_at is not None and (
-                stream.emitted_s - (now - stream.first_emit_at) > self.config.max_lead_s
+                stream.emitted_s - (now - stream.first_emit_at) > stream.max_lead_s
             ):
                 continue
             chunk = self._ready_chunk(stream, stream.cid in starved)

@@ -327,9 +327,10 @@ class SpeechStream:
     point (a client that went away); it is idempotent.
     """
 
-    def __init__(self, rt: Runtime, request: SpeechRequest) -> None:
+    def __init__(self, rt: Runtime, request: SpeechRequest, endpoint: str = "http") -> None:
         self.rt = rt
         self.request = request
+        self.endpoint = endpoint
         self._samples_per_frame = rt.model.capabilities.samples_per_frame
         self._file: FileStream | None = None
         self._utterance: Utterance | None = None
@@ -350,7 +351,7 @@ class SpeechStream:
         self._file = await self._encode(
             FileStream, request.response_format, rate, request.sample_rate
         )
-        utterance = Utterance(self.rt, request.params)
+        utterance = Utterance(self.rt, request.params, endpoint=self.endpoint)
         self._utterance = utterance
         self._events = utterance.events()
         utterance.append(self.request.text)
@@ -414,9 +415,11 @@ class SpeechStream:
         return await asyncio.wrap_future(self._pending)
 
 
-async def synthesize(rt: Runtime, request: SpeechRequest) -> tuple[bytes, dict[str, int]]:
+async def synthesize(
+    rt: Runtime, request: SpeechRequest, endpoint: str = "batch"
+) -> tuple[bytes, dict[str, int]]:
     """The whole file and its usage (for the batch endpoint)."""
-    stream = SpeechStream(rt, request)
+    stream = SpeechStream(rt, request, endpoint)
     try:
         await stream.start()
         data = b"".join([part async for part in stream.chunks()])

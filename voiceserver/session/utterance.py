@@ -36,11 +36,18 @@ class UtteranceError(Exception):
 
 class Utterance:
     def __init__(
-        self, rt: Runtime, params: SynthParams, split: str = "auto", endpoint: str = "http"
+        self,
+        rt: Runtime,
+        params: SynthParams,
+        split: str = "auto",
+        endpoint: str = "http",
+        live: bool = False,
     ) -> None:
         """``split``: ``auto`` (clause/sentence segmentation), ``sentence`` (only
         sentence ends) or ``none`` (everything waits for flush/end). ``endpoint``
-        labels this request's metrics."""
+        labels this request's metrics. ``live``: a listener plays the audio as it
+        comes, so it is paced at real time beyond the engine's lead; otherwise
+        (files) it runs ahead as fast as the device allows."""
         self.rt = rt
         self.tracker = rt.metrics.track(endpoint)
         self.cid = rt.engine.new_cid()
@@ -64,7 +71,8 @@ class Utterance:
                     config, first_min_chars=config.max_chars, min_clause_chars=config.max_chars
                 )
             self._words, self._segmenter = None, TextSegmenter(config)
-        rt.engine.submit(OpenContext(self.cid, params, self._sink))
+        lead = None if live else rt.model_config.engine.offline_max_lead_s
+        rt.engine.submit(OpenContext(self.cid, params, self._sink, lead))
 
     def _sink(self, event: EngineEvent) -> None:
         try:

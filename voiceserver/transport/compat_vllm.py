@@ -425,7 +425,9 @@ class CompatSession:
         total = 0
         failure: UtteranceError | None = None
         try:
-            async with Utterance(self.rt, job.settings.params, "none") as utterance:
+            async with Utterance(
+                self.rt, job.settings.params, "none", endpoint="ws_compat", live=True
+            ) as utterance:
                 utterance.append(job.text)
                 utterance.end()
                 async for chunk in utterance.events():
