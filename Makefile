@@ -5,20 +5,22 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The Qwen3-TTS reference (qwen-tts==0.1.1) for parity tests, kept out of .venv:
+# its transformers pin conflicts with ours.
+REF_STAMP := .venv-ref/.voiceserver-ref-pins
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # torch: the pinned CPU build where no GPU is present (nothing downloads gigabytes).
 TORCH := torch==2.13.0
-TORCH_INDEX := $(shell command -v nvidia-smi >/dev/null 2>&1 || echo --extra-index-url https://download.pytorch.org/whl/cpu)
 
 .PHONY: serve test setup system-deps lint bench clean
 
 serve: setup
 	$(VENV)/bin/voiceserver serve --host $(HOST) --port $(PORT)
 
-test: setup
-	$(PY) -m pytest -q
+test: setup $(REF_STAMP)
+	VOICESERVER_REQUIRE_REF=1 $(PY) -m pytest -q
 
 setup: system-deps $(STAMP)
 
@@ -31,9 +33,12 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH) || $(PY) -m pip install -q $(TORCH) $(TORCH_INDEX)
+	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
+
+$(REF_STAMP): tools/ref/make_venv.sh
+	bash tools/ref/make_venv.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -140,6 +140,25 @@ class ContextState(ABC):
         """True when a step would make progress now (input pending, or
         generation under way). False while starved for text or finished."""
 
+    @property
+    def decoder_prefix(self) -> np.ndarray | None:
+        """Frames the vocoder must run through before this context's own
+        (a voice clone's reference codes), or None. Their audio is dropped."""
+        return None
+
+
+@dataclass(frozen=True)
+class ClonedVoice:
+    """A voice computed once from reference audio, stored by the server.
+
+    ``arrays`` persist as an .npz file and ``meta`` as JSON, so a stored voice
+    survives a restart; the model turns it back into request settings with
+    ``ARModel.voice_settings``.
+    """
+
+    arrays: dict[str, np.ndarray]
+    meta: dict[str, Any] = field(default_factory=dict)
+
 
 class ARModel(ABC):
     """The generating stage, batched over contexts."""
@@ -167,6 +186,27 @@ class ARModel(ABC):
     @abstractmethod
     def step(self, states: list[ContextState]) -> list[StepOutput]:
         """Advance every given context (each has ``has_work``) by one step."""
+
+    def clone_voice(
+        self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False
+    ) -> ClonedVoice:
+        """Compute a reusable voice from reference audio (an audio file's bytes).
+
+        Raises ModelInputError naming the bad field; models that cannot clone
+        keep this default. May be slow: call it off the event loop."""
+        raise ModelInputError(
+            f"model family {self.capabilities.family!r} cannot clone voices",
+            param="audio_sample",
+            code="unsupported_value",
+        )
+
+    def voice_settings(self, voice: ClonedVoice) -> tuple[str, dict[str, Any]]:
+        """The (voice name, SynthParams.extra entries) that speak with a stored voice."""
+        raise ModelInputError(
+            f"model family {self.capabilities.family!r} cannot use stored voices",
+            param="voice",
+            code="unknown_voice",
+        )
 
 
 @dataclass
@@ -206,6 +246,13 @@ class Vocoder(ABC):
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
         """Decode every item's chunk; return float32 mono samples in [-1, 1],
         ``(end - start) * samples_per_frame`` samples per item."""
+
+    def prime(self, stream: Any, frames: np.ndarray) -> None:
+        """Run ``frames`` through a fresh stream, discarding their audio.
+
+        Called once, before any decode, for a context whose state has a
+        ``decoder_prefix``; only vocoders of models that set one implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be primed")
 
 
 @dataclass

@@ -36,8 +36,8 @@ def resolve(family: str) -> Loader:
     return getattr(module, attr)
 
 
-def detect_config(checkpoint: Path) -> str:
-    """Name of the config in ``configs/`` for a checkpoint directory or file."""
+def detect_config(checkpoint: Path, known: list[str]) -> str:
+    """Name of the config (among ``known``) that fits a checkpoint directory or file."""
     if checkpoint.suffix == ".onnx" or any(checkpoint.glob("*.onnx.json")):
         return "piper-joe"
     config = checkpoint / "config.json"
@@ -46,8 +46,16 @@ def detect_config(checkpoint: Path) -> str:
 
         data = json.loads(config.read_text(encoding="utf-8"))
         if data.get("model_type") == "qwen3_tts":
-            variant = data.get("tts_model_type", "custom_voice").replace("_", "")
-            return f"qwen3-tts-{variant}"
+            variant = str(data.get("tts_model_type", "custom_voice")).replace("_", "")
+            size = {"0b6": "0.6b", "1b7": "1.7b"}.get(str(data.get("tts_model_size")), "1.7b")
+            exact = f"qwen3-tts-{size}-{variant}"
+            if exact in known:
+                return exact
+            same_variant = sorted(
+                k for k in known if k.startswith("qwen3-tts-") and k.endswith(variant)
+            )
+            if same_variant:
+                return same_variant[-1]
     raise ValueError(
         f"cannot tell the model family of {checkpoint}: expected a Piper .onnx voice or a "
         "Qwen3-TTS checkpoint (config.json with model_type qwen3_tts); pass --config"

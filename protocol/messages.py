@@ -59,6 +59,13 @@ Speed = Annotated[float, Meta(ge=SPEED_MIN, le=SPEED_MAX)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
 PositiveSeconds = Annotated[float, Meta(gt=0)]
 Bitrate = Annotated[int, Meta(ge=6000, le=510000)]
+# Sampling knobs of generative models (extension: optional, ignored by models
+# that do not sample; see docs/protocol-extensions.md).
+Temperature = Annotated[float, Meta(ge=0, le=2)]
+TopP = Annotated[float, Meta(gt=0, le=1)]
+RepetitionPenalty = Annotated[float, Meta(gt=0, le=10)]
+Seed = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+PositiveInt = Annotated[int, Meta(ge=1)]
 
 
 # --- nested objects -------------------------------------------------------------
@@ -105,6 +112,12 @@ class SessionSettings(msgspec.Struct, kw_only=True, frozen=True):
     audio_transport: AudioTransport = "binary"
     timestamps: TimestampMode = "none"
     idle_timeout_s: float | None = None
+    temperature: Temperature | None = None
+    top_k: NonNegativeInt | None = None
+    top_p: TopP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: Seed | None = None
+    max_new_tokens: PositiveInt | None = None
 
 
 class ContextSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -122,6 +135,12 @@ class ContextSettings(msgspec.Struct, kw_only=True, frozen=True):
     ref_text: str | None = None
     speaker_embedding: list[float] | None = None
     buffer: BufferConfig = msgspec.field(default_factory=BufferConfig)
+    temperature: Temperature | None = None
+    top_k: NonNegativeInt | None = None
+    top_p: TopP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: Seed | None = None
+    max_new_tokens: PositiveInt | None = None
 
 
 class WordTimestamp(msgspec.Struct, kw_only=True, frozen=True):
@@ -160,6 +179,12 @@ class SessionUpdate(_ClientMessage, tag="session.update"):
     audio_transport: AudioTransport | None = None
     timestamps: TimestampMode | None = None
     idle_timeout_s: PositiveSeconds | None = None
+    temperature: Temperature | None = None
+    top_k: NonNegativeInt | None = None
+    top_p: TopP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: Seed | None = None
+    max_new_tokens: PositiveInt | None = None
 
 
 class ContextCreate(_ClientMessage, tag="context.create"):
@@ -173,6 +198,12 @@ class ContextCreate(_ClientMessage, tag="context.create"):
     ref_text: str | None = None
     speaker_embedding: list[float] | None = None
     buffer: BufferConfig | None = None
+    temperature: Temperature | None = None
+    top_k: NonNegativeInt | None = None
+    top_p: TopP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: Seed | None = None
+    max_new_tokens: PositiveInt | None = None
 
 
 class TextAppend(_ClientMessage, tag="text.append"):

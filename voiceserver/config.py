@@ -68,7 +68,7 @@ def load_model_config(
     """Read ``configs/<name>.yaml`` or a YAML path; ``overrides`` replace
     entries of the ``model:`` section (e.g. ``{"noise_scale": 0}``)."""
     path = Path(name_or_path)
-    if not path.suffix:
+    if path.suffix not in (".yaml", ".yml"):
         path = CONFIG_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
@@ -112,4 +112,5 @@ def config_for_checkpoint(
     """Pick the model config that fits a checkpoint directory."""
     from models.registry import detect_config
 
-    return load_model_config(detect_config(checkpoint), overrides)
+    known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    return load_model_config(detect_config(checkpoint, known), overrides)

@@ -220,6 +220,9 @@ class EngineCore:
         except ModelInputError as exc:
             self._fail(ctx, exc.code, str(exc), exc.param)
             return
+        prefix = ctx.state.decoder_prefix
+        if prefix is not None:
+            self.vocoder.prime(ctx.cid, prefix)
         ctx.state.feed(ctx.pending_units)
         ctx.pending_units = []
         if ctx.input_closed:

@@ -78,6 +78,9 @@ class VocoderLoop:
             cid, self.vocoder.new_stream(), self.config.first_chunk_frames, max_lead_s=lead
         )
 
+    def prime(self, cid: int, frames: np.ndarray) -> None:
+        self.vocoder.prime(self.streams[cid].state, frames)
+
     def drop(self, cid: int) -> None:
         self.streams.pop(cid, None)
 

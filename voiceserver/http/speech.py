@@ -295,6 +295,15 @@ def _model_extras(fields: _Fields) -> dict[str, Any]:
     for key in ("ref_audio", "ref_text"):
         if fields.present(key):
             extra[key] = fields.string(key)
+    for key, low, high in (
+        ("temperature", 0.0, 2.0),
+        ("top_p", 0.0, 1.0),
+        ("repetition_penalty", 0.0, 10.0),
+    ):
+        if fields.present(key):
+            extra[key] = fields.number(key, low, high)
+    if fields.present("top_k"):
+        extra["top_k"] = fields.integer("top_k", 0, _INT64[1])
     if fields.present("seed"):
         extra["seed"] = fields.integer("seed", *_INT64)
     if fields.present("max_new_tokens"):

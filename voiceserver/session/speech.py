@@ -51,6 +51,20 @@ from voiceserver.text.words import WordStreamer
 
 log = logging.getLogger(__name__)
 
+# ContextSettings fields handed to the model as SynthParams.extra (voice clone,
+# sampling); a model that has no use for one ignores it.
+EXTRA_FIELDS = (
+    "ref_audio",
+    "ref_text",
+    "speaker_embedding",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "seed",
+    "max_new_tokens",
+)
+
 SendText = Callable[[str], Awaitable[None]]
 SendBytes = Callable[[bytes], Awaitable[None]]
 Close = Callable[[int, str], Awaitable[None]]
@@ -198,6 +212,9 @@ class SpeechSession:
         self._outbox.put(self.proto.error_message(err))
 
     def _params(self, settings: ContextSettings) -> SynthParams:
+        extra = {
+            name: value for name in EXTRA_FIELDS if (value := getattr(settings, name)) is not None
+        }
         return resolve_params(
             self.rt,
             model=settings.model,
@@ -205,6 +222,7 @@ class SpeechSession:
             language=settings.language,
             speed=settings.speed,
             instructions=settings.instructions,
+            extra=extra,
         )
 
     def _append(self, event: TextAppended) -> None:

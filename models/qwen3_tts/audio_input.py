@@ -1,0 +1,82 @@
+"""Reference audio for voice cloning: bytes, base64 or samples -> mono float32 at 24 kHz."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from typing import Any
+
+import av
+import numpy as np
+import soxr
+
+from models.base import ModelInputError
+
+
+def _bad(message: str) -> ModelInputError:
+    return ModelInputError(f"ref_audio: {message}", param="ref_audio", code="invalid_field")
+
+
+def _decode_bytes(data: bytes) -> tuple[np.ndarray, int]:
+    chunks: list[np.ndarray] = []
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if not container.streams.audio:
+                raise _bad("no audio stream in the data")
+            stream = container.streams.audio[0]
+            rate = int(stream.rate or 0)
+            # Planar float at the native rate and layout; channels are averaged below,
+            # as the reference does, rather than by ffmpeg's downmix matrix.
+            converter = av.AudioResampler(format="fltp", layout=stream.layout, rate=rate)
+            for frame in container.decode(stream):
+                for out in converter.resample(frame):
+                    chunks.append(out.to_ndarray().mean(axis=0))
+            for out in converter.resample(None):
+                chunks.append(out.to_ndarray().mean(axis=0))
+    except ModelInputError:
+        raise
+    except (av.FFmpegError, ValueError, OSError) as exc:
+        raise _bad(f"not decodable audio ({exc.__class__.__name__})") from exc
+    if not chunks or rate <= 0:
+        raise _bad("no audio samples in the data")
+    return np.concatenate(chunks).astype(np.float32), rate
+
+
+def load_reference_audio(
+    value: Any, sample_rate: Any, target_rate: int, min_s: float, max_s: float
+) -> np.ndarray:
+    """Decode ``value`` and resample to ``target_rate``; enforce the length bounds."""
+    if isinstance(value, str):
+        text = value.split(",", 1)[1] if value.startswith("data:") else value
+        try:
+            value = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise _bad("a string must be base64-encoded audio") from exc
+    if isinstance(value, bytes | bytearray | memoryview):
+        wav, rate = _decode_bytes(bytes(value))
+    elif isinstance(value, np.ndarray | list | tuple):
+        wav = np.asarray(value, dtype=np.float32)
+        if wav.ndim == 2:
+            wav = wav.mean(axis=-1)
+        if wav.ndim != 1:
+            raise _bad(f"samples must be 1-D, got shape {wav.shape}")
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+            raise ModelInputError(
+                "ref_audio_sample_rate: required (a positive integer) with raw samples",
+                param="ref_audio_sample_rate",
+                code="invalid_field",
+            )
+        rate = sample_rate
+    else:
+        raise _bad(f"unsupported type {type(value).__name__}")
+    if not np.all(np.isfinite(wav)):
+        raise _bad("samples must be finite")
+    seconds = len(wav) / rate
+    if seconds < min_s:
+        raise _bad(f"too short ({seconds:.2f} s; at least {min_s} s)")
+    if seconds > max_s:
+        raise _bad(f"too long ({seconds:.2f} s; at most {max_s} s)")
+    if rate != target_rate:
+        wav = soxr.resample(wav, rate, target_rate, quality="HQ").astype(np.float32)
+    return wav

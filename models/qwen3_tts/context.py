@@ -1,0 +1,115 @@
+"""Per-context state of the talker: KV slot, text track, prompt progress, sampling."""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import Enum
+
+import numpy as np
+import torch
+
+from models.base import ContextState
+from models.qwen3_tts.prompt import PromptSpec
+from models.qwen3_tts.sampling import SamplingParams
+
+
+class Phase(Enum):
+    PROMPT = "prompt"
+    """Prompt positions still to run (some may wait for text)."""
+    DECODE = "decode"
+    DONE = "done"
+
+
+class Qwen3Context(ContextState):
+    def __init__(
+        self,
+        slot: int,
+        spec: PromptSpec,
+        sampling: SamplingParams,
+        max_frames: int,
+        head: torch.Tensor,
+        aligned: torch.Tensor | None,
+        decoder_prefix: np.ndarray | None,
+    ) -> None:
+        self.slot = slot
+        self.spec = spec
+        self.sampling = sampling
+        self.max_frames = max_frames
+        self.generator = torch.Generator()
+        if sampling.seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(sampling.seed)
+        self.head: torch.Tensor | None = head
+        """Prompt rows not yet run (all known now)."""
+        self.aligned = aligned
+        """Streaming mode: prompt codec rows that each take the next text-track item."""
+        self.aligned_used = 0
+        self._decoder_prefix = decoder_prefix
+        """Frames the vocoder must decode (and drop) before this context's audio (ICL)."""
+        self.text: deque[int] = deque()
+        self.text_seen = 0
+        self.input_closed = False
+        self.eos_sent = False
+        self.phase = Phase.PROMPT
+        self.position = 0
+        self.last_hidden: torch.Tensor | None = None
+        self.pending_code0: int | None = None
+        self.pending_frame: torch.Tensor | None = None
+        """Embedding sum of the last emitted frame, waiting for its text-track item."""
+        self.history: list[int] = []
+        self.frames = 0
+        self.hit_limit = False
+
+    # -- ContextState ------------------------------------------------------
+
+    def feed(self, units: list[list[int]]) -> None:
+        for unit in units:
+            self.text.extend(unit)
+            self.text_seen += len(unit)
+
+    def close_input(self) -> None:
+        self.input_closed = True
+
+    @property
+    def has_work(self) -> bool:
+        if self.phase is Phase.DONE:
+            return False
+        if self.phase is Phase.PROMPT:
+            if not self.spec.streaming:
+                return self.input_closed
+            return self.head is not None or (self.aligned_left > 0 and self.track_ready)
+        return self.pending_code0 is not None or (
+            self.pending_frame is not None and self.track_ready
+        )
+
+    @property
+    def decoder_prefix(self) -> np.ndarray | None:
+        """A clone's reference codes: the vocoder runs them first, then cuts their audio."""
+        return self._decoder_prefix
+
+    # -- text track --------------------------------------------------------
+
+    @property
+    def track_ready(self) -> bool:
+        """The next text-track item is known (a token, or EOS/pad after the input closed)."""
+        return bool(self.text) or self.input_closed
+
+    @property
+    def aligned_left(self) -> int:
+        return 0 if self.aligned is None else self.aligned.shape[0] - self.aligned_used
+
+    def next_track(self) -> int | str:
+        """The next text-track item: a token id, ``"eos"`` once, then ``"pad"``."""
+        if self.text:
+            return self.text.popleft()
+        if not self.eos_sent:
+            self.eos_sent = True
+            return "eos"
+        return "pad"
+
+    def finish(self, hit_limit: bool = False) -> None:
+        self.phase = Phase.DONE
+        self.hit_limit = hit_limit
+        self.pending_code0 = None
+        self.pending_frame = None

@@ -1,0 +1,148 @@
+"""``load(options, checkpoint_dir) -> LoadedModel`` for an unmodified HF Qwen3-TTS directory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from models.base import Capabilities, LoadedModel, parse_options
+from models.qwen3_tts.ar_model import ARSettings, Qwen3AR
+from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json
+from models.qwen3_tts.config import (
+    CheckpointError,
+    parse_config,
+    parse_speech_tokenizer_config,
+)
+from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
+from models.qwen3_tts.sampling import SamplingParams
+from models.qwen3_tts.text_tokenizer import load_text_tokenizer
+from models.qwen3_tts.vocoder import Qwen3Vocoder
+from models.qwen3_tts.voice_clone import VoiceCloner
+from models.qwen3_tts.voices import VoiceResolver
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Qwen3Options:
+    checkpoint: str | None = None
+    """Checkpoint directory (the ``checkpoint`` argument of ``load`` wins)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    max_contexts: int = 8
+    """KV slots, i.e. contexts generating at once."""
+    kv_capacity: int = 2048
+    """Talker positions per slot (prompt + frames)."""
+    max_frames: int = 2048
+    """Frames one context may generate (2048 = 164 s)."""
+    streaming_text: bool = True
+    """Consume text one token per frame as it arrives (False: wait for all text)."""
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    ref_audio_min_s: float = 1.0
+    ref_audio_max_s: float = 60.0
+
+
+def sampling_defaults(generation: Mapping[str, Any], options: Qwen3Options) -> SamplingParams:
+    """Options over generation_config.json over the reference's hard defaults."""
+
+    def pick(name: str, hard: float) -> Any:
+        value = getattr(options, name)
+        if value is not None:
+            return value
+        return generation.get(name, hard)
+
+    greedy = generation.get("do_sample") is False
+    sub_greedy = generation.get("subtalker_dosample") is False
+    return SamplingParams(
+        temperature=0.0
+        if greedy and options.temperature is None
+        else float(pick("temperature", 0.9)),
+        top_k=int(pick("top_k", 50)),
+        top_p=float(pick("top_p", 1.0)),
+        repetition_penalty=float(pick("repetition_penalty", 1.05)),
+        subtalker_temperature=0.0
+        if sub_greedy and options.subtalker_temperature is None
+        else float(pick("subtalker_temperature", 0.9)),
+        subtalker_top_k=int(pick("subtalker_top_k", 50)),
+        subtalker_top_p=float(pick("subtalker_top_p", 1.0)),
+    )
+
+
+def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
+    options = parse_options(Qwen3Options, raw_options, "model")
+    if checkpoint is None and options.checkpoint is None:
+        raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
+    root = Path(checkpoint if checkpoint is not None else options.checkpoint)  # type: ignore[arg-type]
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {root}")
+    dtype = DTYPES[options.dtype]
+    device = torch.device(options.device)
+
+    cfg = parse_config(read_json(root / "config.json"))
+    st_dir = root / "speech_tokenizer"
+    st_cfg = parse_speech_tokenizer_config(read_json(st_dir / "config.json"))
+    generation = read_json(root / "generation_config.json", required=False)
+    tokenizer = load_text_tokenizer(root, cfg.transformers_version)
+
+    weights = Qwen3TTSWeights(cfg)
+    prefixes = ("talker.", "speaker_encoder.") if cfg.model_type == "base" else ("talker.",)
+    load_module(weights, load_tensors(root, prefixes), root / "model.safetensors", dtype)
+    is_base = cfg.model_type == "base"
+    st_weights = SpeechTokenizerWeights(st_cfg, with_encoder=is_base)
+    st_prefixes = ("decoder.", "encoder.") if is_base else ("decoder.",)
+    load_module(st_weights, load_tensors(st_dir, st_prefixes), st_dir / "model.safetensors", dtype)
+    weights.to(device).eval()
+    st_weights.to(device).eval()
+
+    cloner = None
+    if is_base:
+        assert weights.speaker_encoder is not None and st_weights.encoder is not None
+        # The reference computes both in the model dtype; fp32 keeps clones stable on CPU.
+        cloner = VoiceCloner(
+            st_weights.encoder,
+            weights.speaker_encoder,
+            st_cfg.encoder_valid_num_quantizers,
+            st_cfg.encode_downsample_rate,
+        )
+    voices = VoiceResolver(
+        cfg,
+        tokenizer,
+        cloner,
+        device,
+        dtype,
+        options.ref_audio_min_s,
+        options.ref_audio_max_s,
+    )
+    capabilities = Capabilities(
+        family="qwen3_tts",
+        sample_rate=st_cfg.output_sample_rate,
+        samples_per_frame=st_cfg.decode_upsample_rate,
+        voices=voices.voice_infos(),
+        languages=voices.language_codes(),
+        streaming_text=options.streaming_text,
+        supports_instructions=cfg.supports_instructions,
+        max_frames_per_context=options.max_frames,
+    )
+    settings = ARSettings(
+        max_contexts=options.max_contexts,
+        kv_capacity=options.kv_capacity,
+        max_frames=options.max_frames,
+        streaming_text=options.streaming_text,
+        sampling=sampling_defaults(generation, options),
+    )
+    assert weights.talker is not None
+    ar = Qwen3AR(cfg, weights.talker, tokenizer, voices, capabilities, settings)
+    vocoder = Qwen3Vocoder(
+        st_weights.decoder, st_cfg.output_sample_rate, st_cfg.decode_upsample_rate
+    )
+    return LoadedModel(ar=ar, vocoder=vocoder)

@@ -1,0 +1,154 @@
+"""The talker behind ARModel: waiting for text, limits, sampling, and request errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from models.base import LoadedModel, ModelInputError, SynthParams
+from models.qwen3_tts.loader import load
+from tests.models.qwen3_tts.driver import Job, run_jobs
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def cv(ckpt_dirs: dict[str, Path]) -> LoadedModel:
+    return load({"max_contexts": 4, "kv_capacity": 256}, ckpt_dirs["custom_voice"])
+
+
+@pytest.fixture(scope="module")
+def base(ckpt_dirs: dict[str, Path]) -> LoadedModel:
+    return load({"max_contexts": 2, "kv_capacity": 256}, ckpt_dirs["base"])
+
+
+def params(voice: str = "ryan", **extra: Any) -> SynthParams:
+    return SynthParams(voice=voice, language="en", extra={"temperature": 0.0, **extra})
+
+
+def test_context_waits_for_text_then_continues(cv: LoadedModel) -> None:
+    ar = cv.ar
+    ids = ar.frontend.encode(TEXT, params())[0]
+    state = ar.open(params(max_new_tokens=12))
+    assert state.has_work  # the voice/language prompt runs before any text arrives
+    out = ar.step([state])[0]
+    assert out.frames.shape == (0, 16) and not out.finished
+    assert not state.has_work  # nothing to say yet
+    state.feed([ids[:2]])
+    frames = []
+    for _ in range(10):
+        if not state.has_work:
+            break
+        out = ar.step([state])[0]
+        frames.append(out.frames)
+        assert not out.finished
+    assert not state.has_work  # text ran dry before the input closed: it waits
+    state.feed([ids[2:]])
+    state.close_input()
+    while state.has_work:
+        out = ar.step([state])[0]
+        frames.append(out.frames)
+    ar.close(state)
+    codes = np.concatenate(frames)
+    alone = run_jobs(cv, [Job(params(max_new_tokens=12), TEXT)])[0].codes
+    np.testing.assert_array_equal(codes, alone)
+
+
+def test_max_frames_ends_with_hit_limit(cv: LoadedModel) -> None:
+    result = run_jobs(cv, [Job(params(max_new_tokens=3), TEXT)])[0]
+    assert result.hit_limit and len(result.codes) == 3
+
+
+def test_non_streaming_waits_for_the_whole_text(cv: LoadedModel) -> None:
+    ar = cv.ar
+    state = ar.open(params(streaming_text=False, max_new_tokens=5))
+    state.feed(ar.frontend.encode(TEXT, params()))
+    assert not state.has_work
+    state.close_input()
+    assert state.has_work
+    ar.close(state)
+
+
+def test_closed_without_text_finishes_silently(cv: LoadedModel) -> None:
+    ar = cv.ar
+    state = ar.open(params())
+    state.close_input()
+    out = ar.step([state])[0]
+    assert out.finished and not out.hit_limit and out.frames.shape == (0, 16)
+    ar.close(state)
+
+
+def test_seeded_sampling_is_reproducible_in_any_batch(cv: LoadedModel) -> None:
+    sampled = params(temperature=0.9, top_k=50, top_p=0.9, seed=1234, max_new_tokens=10)
+    other = params(voice="vivian", temperature=1.2, seed=5, max_new_tokens=16)
+    alone = run_jobs(cv, [Job(sampled, TEXT)])[0].codes
+    batched = run_jobs(cv, [Job(other, "Hello world."), Job(sampled, TEXT, open_at=2)])[1].codes
+    np.testing.assert_array_equal(alone, batched)
+    greedy = run_jobs(cv, [Job(params(max_new_tokens=10), TEXT)])[0].codes
+    reseeded = run_jobs(cv, [Job(params(temperature=0.9, seed=99, max_new_tokens=10), TEXT)])
+    assert not np.array_equal(alone, greedy)
+    assert not np.array_equal(alone, reseeded[0].codes)
+
+
+def test_slots_are_reused(cv: LoadedModel) -> None:
+    for _ in range(cv.ar.max_contexts + 2):
+        run_jobs(cv, [Job(params(max_new_tokens=2), "Hi.")])
+
+
+def expect(model: LoadedModel, p: SynthParams, code: str, param: str) -> None:
+    with pytest.raises(ModelInputError) as info:
+        model.ar.validate(p)
+    assert (info.value.code, info.value.param) == (code, param), str(info.value)
+
+
+def test_request_errors_name_the_param(cv: LoadedModel, base: LoadedModel) -> None:
+    expect(cv, params(voice="nobody"), "unknown_voice", "voice")
+    expect(cv, SynthParams(voice="ryan", language="klingon"), "unsupported_language", "language")
+    expect(cv, params(ref_audio=b"RIFF"), "unsupported_value", "ref_audio")
+    expect(cv, params(temperature=-1), "invalid_field", "temperature")
+    expect(cv, params(top_p=0), "invalid_field", "top_p")
+    expect(cv, params(streaming_text="yes"), "invalid_field", "streaming_text")
+    expect(cv, params(max_new_tokens=10**9), "invalid_field", "max_new_tokens")
+    voice = SynthParams(voice="clone", instructions="whisper")
+    expect(base, voice, "unsupported_value", "instructions")
+    expect(base, params("clone"), "missing_field", "ref_audio")
+    tone = np.sin(np.arange(48000) / 10).astype(np.float32)
+    audio = {"ref_audio": tone, "ref_audio_sample_rate": 24000}
+    expect(base, params("clone", **audio), "missing_field", "ref_text")
+    short = {"ref_audio": tone[:1000], "ref_audio_sample_rate": 24000, "x_vector_only": True}
+    expect(base, params("clone", **short), "invalid_field", "ref_audio")
+    long = {"ref_audio": np.zeros(24000 * 61, np.float32), "ref_audio_sample_rate": 24000}
+    expect(base, params("clone", ref_text="hi", **long), "invalid_field", "ref_audio")
+    expect(
+        base,
+        params("clone", ref_audio=b"not audio at all" * 50, ref_text="hi"),
+        "invalid_field",
+        "ref_audio",
+    )
+    expect(
+        base,
+        params("clone", ref_audio=tone, ref_text="hi"),
+        "invalid_field",
+        "ref_audio_sample_rate",
+    )
+    expect(base, params("clone", speaker_embedding=[0.0] * 3), "invalid_field", "speaker_embedding")
+    base.ar.validate(params("clone", x_vector_only=True, **audio))
+
+
+def test_voice_prompt_is_reusable(base: LoadedModel) -> None:
+    tone = (0.3 * np.sin(np.arange(36000) / 7)).astype(np.float32)
+    prompt = base.ar.create_voice_prompt(tone, 24000, "Hello world.")  # type: ignore[attr-defined]
+    assert prompt.ref_codes.shape == (19, 16)  # ceil(1.5 s / 80 ms)
+    direct = params(
+        "clone",
+        ref_audio=tone,
+        ref_audio_sample_rate=24000,
+        ref_text="Hello world.",
+        max_new_tokens=6,
+    )
+    reused = params("clone", voice_prompt=prompt, max_new_tokens=6)
+    a, b = run_jobs(base, [Job(direct, "Hi there.", pieces=1), Job(reused, "Hi there.")])
+    np.testing.assert_array_equal(a.codes, b.codes)
