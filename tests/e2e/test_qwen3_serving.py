@@ -128,3 +128,14 @@ def test_voiceserver_serve_model_dir_cli(checkpoint: Path, tmp_path: Path) -> No
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+async def test_frame_cap_ends_with_a_warning_not_a_hang(server: RunningServer) -> None:
+    client = await stream_words(server, "cap", voice=speaker(server), temperature=0, max_new_tokens=3)
+    await client.send(type="context.end", context_id="cap")
+    done = await client.until("context.done", "cap", timeout=120)
+    await client.close()
+    warnings = [m for m in client.got.messages if m["type"] == "warning"]
+    assert [w["code"] for w in warnings] == ["max_frames_reached"]
+    assert done["usage"]["frames"] == 3
+    assert len(client.got.audio["cap"]) == 3 * 1920 * 2
