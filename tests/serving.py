@@ -48,7 +48,7 @@ def run_server(
     config = uvicorn.Config(
         app,
         log_level="warning",
-        ws_max_size=server_config.limits.max_message_bytes,
+        ws_max_size=server_config.limits.transport_max_bytes,
         lifespan="on",
     )
     server = uvicorn.Server(config)

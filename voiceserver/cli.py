@@ -65,7 +65,7 @@ def serve(argv: list[str]) -> None:
         host=server.host,
         port=server.port,
         log_level=args.log_level,
-        ws_max_size=server.limits.max_message_bytes,
+        ws_max_size=server.limits.transport_max_bytes,
         ws_ping_interval=20,
         ws_ping_timeout=20,
     )

@@ -30,7 +30,15 @@ class Limits:
     idle_timeout_s: float = 300.0
     """A session with no client message and no open context for this long is closed (4008)."""
     max_message_bytes: int = 1 << 20
-    """Largest client message; bigger ones close the socket with 1009."""
+    """Largest client message; bigger ones get a ``message_too_big`` error and
+    close the socket with 1009."""
+
+    @property
+    def transport_max_bytes(self) -> int:
+        """The WebSocket library's own frame cap: above the protocol limit, so
+        the protocol can answer with an error before closing; far above it the
+        transport drops the frame unread (also 1009)."""
+        return 4 * self.max_message_bytes
     outbox_max_bytes: int = 32 << 20
     """Encoded audio a session may have queued for a slow reader."""
     slow_reader_timeout_s: float = 10.0

@@ -135,19 +135,14 @@ async def test_binary_from_client_rejected(tiny_server: RunningServer) -> None:
     await client.close()
 
 
-async def test_oversized_message_closes_1009(tiny_server: RunningServer) -> None:
+async def test_oversized_message_gets_error_then_1009(tiny_server: RunningServer) -> None:
     client = await Client.connect(tiny_server.ws)
     other = await Client.connect(tiny_server.ws)
     await start_bystander(other)
-    await client.ws.send(
-        json.dumps(
-            {
-                "type": "text.append",
-                "context_id": "a",
-                "text": "x" * (TEST_LIMITS.max_message_bytes + 10),
-            }
-        )
-    )
+    big = "x" * (TEST_LIMITS.max_message_bytes + 10)
+    await client.ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": big}))
+    error = await client.until("error")
+    assert error["code"] == "message_too_big" and error["fatal"] is True
     with pytest.raises(websockets.ConnectionClosed) as closed:
         await client.until("never")
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009

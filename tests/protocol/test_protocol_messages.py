@@ -211,6 +211,13 @@ def test_required_nullable_and_default_valued_fields_are_always_sent():
         "audio_transport": "binary",
         "timestamps": "none",
         "idle_timeout_s": 60.0,
+        # Extensions (docs/protocol-extensions.md): spelled out too, null when unset.
+        "temperature": None,
+        "top_k": None,
+        "top_p": None,
+        "repetition_penalty": None,
+        "seed": None,
+        "max_new_tokens": None,
     }
     assert created["limits"] == {
         "max_contexts": 8,

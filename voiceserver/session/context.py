@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass, field
 
 from protocol.messages import ContextSettings
@@ -33,6 +34,8 @@ class LiveContext:
     gone: bool = False
     """Cancelled or failed: drop whatever the engine still sends."""
     timer: asyncio.TimerHandle | None = None
+    stage_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Orders encode and close of ``stage`` across encode-pool threads."""
 
     def cancel_timer(self) -> None:
         if self.timer is not None:

@@ -304,7 +304,7 @@ class SpeechSession:
         self.rt.engine.submit(Cancel(ctx.cid))
         self._contexts.pop(ctx.context_id, None)
         self._by_cid.pop(ctx.cid, None)
-        self._loop.run_in_executor(self.rt.encode_pool, ctx.stage.close)
+        self._loop.run_in_executor(self.rt.encode_pool, _close_stage, ctx)
 
     # -- engine events (engine thread -> event loop) -----------------------
 
@@ -354,7 +354,11 @@ class SpeechSession:
             if isinstance(item, str):
                 await self._send_text(item)
             elif isinstance(item, tuple):
-                await self._send_audio(*item)
+                try:
+                    await self._send_audio(*item)
+                except (ProtocolError, OSError, RuntimeError, ValueError) as exc:
+                    # One context's failure must not stop the session's writer.
+                    self._fail_context(item[0], exc)
             elif isinstance(item, _Cancelled):
                 audio_ms = item.ctx.stage.audio_ms
                 if self.proto.context_state(item.ctx.context_id) is not None:
@@ -419,6 +423,18 @@ class SpeechSession:
             self._by_cid.pop(ctx.cid, None)
             self._maybe_finish_close()
 
+    def _fail_context(self, ctx: LiveContext, exc: Exception) -> None:
+        log.exception("sending audio of context %s failed", ctx.context_id, exc_info=exc)
+        if ctx.gone:
+            return
+        self._drop(ctx)
+        ctx.tracker.failed("internal_error")
+        err = ProtocolError(
+            ErrorCode.INTERNAL_ERROR, f"audio output failed: {exc}", context_id=ctx.context_id
+        )
+        self._outbox.put_front(_Cancelled(ctx))
+        self._outbox.put_front(self.proto.error_message(err))
+
     def _maybe_finish_close(self) -> None:
         if self.proto.drained:
             self._outbox.put(_CloseSocket(int(CloseCode.NORMAL), "session closed"))
@@ -439,14 +455,22 @@ class SpeechSession:
 
 
 def _encode(ctx: LiveContext, chunk: AudioChunk) -> list[bytes]:
-    if ctx.gone or ctx.stage.finished:
-        return []
-    payloads = ctx.stage.push(chunk.pcm) if len(chunk.pcm) else []
-    if chunk.flush_ids and not chunk.final:
-        payloads += ctx.stage.drain()
-    if chunk.final:
-        payloads += ctx.stage.finish()
-    return payloads
+    # Pool threads may run a cancel's close and an in-flight encode of the same
+    # context at once; the stage lock orders them.
+    with ctx.stage_lock:
+        if ctx.gone or ctx.stage.finished:
+            return []
+        payloads = ctx.stage.push(chunk.pcm) if len(chunk.pcm) else []
+        if chunk.flush_ids and not chunk.final:
+            payloads += ctx.stage.drain()
+        if chunk.final:
+            payloads += ctx.stage.finish()
+        return payloads
+
+
+def _close_stage(ctx: LiveContext) -> None:
+    with ctx.stage_lock:
+        ctx.stage.close()
 
 
 def _format_fields(settings: ContextSettings) -> dict[str, Any]:

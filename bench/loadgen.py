@@ -1,0 +1,275 @@
+"""Load generator: concurrent streaming sessions against a voice server, measured at the client.
+
+Run ``python -m bench.loadgen --help``; bench/README.md explains the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+from voiceclient import VoiceClient, VoiceServerError
+from voiceclient.server_info import list_models
+
+from bench.measure import RequestResult
+from bench.report import format_table, machine_info, write_json, write_plot
+from bench.request import RequestSpec, run_request
+from bench.spawn import spawn_server
+from bench.stats import LevelResult
+from bench.texts import FIRST_CLAUSE_WORDS, SENTENCES, text_for
+from protocol.messages import PCM_SAMPLE_RATES
+
+DEFAULT_URL = "ws://127.0.0.1:8000/v1/audio/speech/ws"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+FALLBACK_SAMPLE_RATE = 24000
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.loadgen",
+        description=(
+            "Open N concurrent sessions, stream built-in English sentences word by word "
+            "(flush after the first 10-word clause), and measure time to first audio, "
+            "real-time factor, underruns and throughput at the client."
+        ),
+    )
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
+        "--url", default=DEFAULT_URL, help=f"server to load (default {DEFAULT_URL})"
+    )
+    target.add_argument(
+        "--spawn",
+        metavar="CONFIG",
+        help="start `voiceserver serve --config CONFIG` on a free port, stop it at the end",
+    )
+    parser.add_argument(
+        "--server-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --spawn: pass --option KEY=VALUE to the server",
+    )
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 4, 16],
+        help="concurrent sessions per level, run one level after another (default 1 4 16)",
+    )
+    parser.add_argument(
+        "--requests-per-level",
+        type=int,
+        default=None,
+        help="requests per level (default: 2 x concurrency, at least 4)",
+    )
+    parser.add_argument(
+        "--tokens-per-s",
+        type=float,
+        default=0.0,
+        help="word pieces per second per session, like an LLM (default 0: as fast as possible)",
+    )
+    parser.add_argument("--voice", default=None, help="voice (default: the model's)")
+    parser.add_argument(
+        "--sample-rate",
+        type=int,
+        choices=PCM_SAMPLE_RATES,
+        default=None,
+        help="output rate (default: the model's own, so the server does not resample)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured requests before the first level"
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON report (default bench/results/loadgen-TIME.json)",
+    )
+    parser.add_argument("--name", default=None, help="report name (default: the file's stem)")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def requests_for(concurrency: int, requested: int | None) -> int:
+    return requested if requested is not None else max(4, 2 * concurrency)
+
+
+def _failed(index: int, concurrency: int, error: str) -> RequestResult:
+    now = time.monotonic()
+    text = text_for(index)
+    return RequestResult(
+        index=index,
+        concurrency=concurrency,
+        words=len(text.split()),
+        chars=len(text),
+        started_at=now,
+        flush_at=now,
+        first_audio_at=None,
+        last_audio_at=None,
+        audio_s=0.0,
+        chunks=0,
+        underruns=0,
+        stall_ms=0.0,
+        error=error,
+    )
+
+
+async def run_level(
+    url: str,
+    api_key: str | None,
+    spec: RequestSpec,
+    concurrency: int,
+    requests: int,
+    progress: tqdm,
+) -> LevelResult:
+    """``concurrency`` sessions take requests from one counter until ``requests`` ran."""
+    clients = await asyncio.gather(*(VoiceClient.connect(url, api_key) for _ in range(concurrency)))
+    counter = itertools.count()
+    results: list[RequestResult] = []
+
+    async def worker(vc: VoiceClient) -> None:
+        while (index := next(counter)) < requests:
+            if vc.closed:
+                try:
+                    vc = await VoiceClient.connect(url, api_key)
+                    clients.append(vc)
+                except VoiceServerError as err:
+                    results.append(_failed(index, concurrency, f"{err.code}: {err.message}"))
+                    progress.update(1)
+                    continue
+            result = await run_request(vc, text_for(index), spec, index, concurrency)
+            results.append(result)
+            if result.ttfa_ms is not None:
+                progress.set_postfix_str(f"ttfa {result.ttfa_ms:.0f} ms", refresh=False)
+            progress.update(1)
+
+    started = time.monotonic()
+    try:
+        await asyncio.gather(*(worker(vc) for vc in clients))
+    finally:
+        ended = time.monotonic()
+        for vc in clients:
+            await vc.close()
+    results.sort(key=lambda r: r.index)
+    return LevelResult(concurrency, tuple(results), started, ended)
+
+
+async def run_all(
+    url: str, api_key: str | None, spec: RequestSpec, args: argparse.Namespace
+) -> list[LevelResult]:
+    if args.warmup > 0:
+        async with VoiceClient.connect(url, api_key) as vc:
+            for i in range(args.warmup):
+                await run_request(vc, text_for(i), spec)
+    levels = []
+    for concurrency in args.concurrency:
+        requests = requests_for(concurrency, args.requests_per_level)
+        with tqdm(
+            total=requests, desc=f"concurrency {concurrency:>3}", unit="req", disable=args.quiet
+        ) as progress:
+            levels.append(await run_level(url, api_key, spec, concurrency, requests, progress))
+    return levels
+
+
+@contextlib.contextmanager
+def _target(args: argparse.Namespace) -> Iterator[str]:
+    if args.spawn:
+        print(f"starting voiceserver serve --config {args.spawn} ...", file=sys.stderr)
+        with spawn_server(args.spawn, options=tuple(args.server_option)) as server:
+            yield server.url
+    else:
+        yield args.url
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every level; write the JSON (and PNG) and return the report."""
+    machine = machine_info()
+    out: Path = args.out or RESULTS_DIR / f"loadgen-{datetime.now():%Y%m%d-%H%M%S}.json"
+    with _target(args) as url:
+        try:
+            models = list_models(url, args.api_key)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"note: could not read {url} /v1/models ({exc})", file=sys.stderr)
+            models = []
+        model = models[0] if models else None
+        rate = args.sample_rate
+        if rate is None:
+            native = model.sample_rate if model is not None else None
+            rate = native if native in PCM_SAMPLE_RATES else FALLBACK_SAMPLE_RATE
+        spec = RequestSpec(
+            sample_rate=rate,
+            voice=args.voice,
+            tokens_per_s=args.tokens_per_s,
+            timeout_s=args.timeout,
+        )
+        origin = time.monotonic()
+        levels = asyncio.run(run_all(url, args.api_key, spec, args))
+    report: dict[str, Any] = {
+        "name": args.name or out.stem,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "config": {
+            "url": url,
+            "spawn": args.spawn,
+            "server_options": list(args.server_option),
+            "model": dataclasses.asdict(model) if model is not None else None,
+            "concurrency": list(args.concurrency),
+            "requests_per_level": [
+                requests_for(c, args.requests_per_level) for c in args.concurrency
+            ],
+            "tokens_per_s": args.tokens_per_s,
+            "voice": args.voice,
+            "sample_rate": rate,
+            "encoding": "pcm_s16le",
+            "first_clause_words": FIRST_CLAUSE_WORDS,
+            "texts": len(SENTENCES),
+            "warmup": args.warmup,
+            "timeout_s": args.timeout,
+        },
+        "machine": {**machine, "load_average_1m_after": machine_info()["load_average_1m"]},
+        "definitions": {
+            "ttfa_ms": "flush of the first clause sent -> first audio chunk received",
+            "rtf": "(last audio chunk received - first text sent) / audio seconds",
+            "underruns": "chunks that arrived after the audio before them ran out, for a "
+            "player that starts at the first chunk and plays at real time",
+            "stall_ms": "total time such a player waited for late chunks",
+            "x_real_time": "audio seconds of the level / wall seconds of the level",
+        },
+        "levels": [level.to_json(origin) for level in levels],
+    }
+    write_json(report, out)
+    print(format_table(report))
+    print(f"report: {out}")
+    if not args.no_plot:
+        plot = out.with_suffix(".png")
+        write_plot(report, plot)
+        print(f"plot:   {plot}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.server_option and not args.spawn:
+        raise SystemExit("--server-option only applies with --spawn")
+    if min(args.concurrency) < 1:
+        raise SystemExit("--concurrency values must be at least 1")
+    try:
+        return run(args)
+    except VoiceServerError as err:
+        raise SystemExit(f"bench.loadgen: {err.code}: {err.message}") from None
+
+
+if __name__ == "__main__":
+    main()

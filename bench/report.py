@@ -1,0 +1,87 @@
+"""The benchmark report: JSON document, terminal table, PNG plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def machine_info() -> dict[str, Any]:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        # Other work on the machine skews every number; worth knowing when comparing runs.
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """One row per concurrency level."""
+    header = (
+        f"{'conc':>4} {'reqs':>4} {'err':>3} | {'TTFA ms p50':>11} {'p95':>6} {'p99':>6} "
+        f"{'mean':>6} | {'RTF p50':>7} {'p95':>5} | {'underruns':>9} {'stall ms p95':>12} | "
+        f"{'xRT':>5} {'audio s/req':>11}"
+    )
+    rows = [header, "-" * len(header)]
+    for level in report["levels"]:
+        ttfa, rtf, stall = level["ttfa_ms"], level["rtf"], level["stall_ms"]
+        underruns = f"{level['underruns_total']} ({level['requests_with_underruns']} req)"
+        rows.append(
+            f"{level['concurrency']:>4} {level['requests']:>4} {level['errors']:>3} | "
+            f"{_fmt(ttfa['p50']):>11} {_fmt(ttfa['p95']):>6} {_fmt(ttfa['p99']):>6} "
+            f"{_fmt(ttfa['mean']):>6} | {_fmt(rtf['p50'], 3):>7} {_fmt(rtf['p95'], 2):>5} | "
+            f"{underruns:>9} {_fmt(stall['p95']):>12} | "
+            f"{level['x_real_time']:>5.2f} {_fmt(level['audio_s']['mean'], 2):>11}"
+        )
+    return "\n".join(rows)
+
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    """TTFA percentiles and x-real-time against concurrency, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = report["levels"]
+    conc = [level["concurrency"] for level in levels]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for key, style in (("p50", "o-"), ("p95", "s--"), ("p99", "^:")):
+        values = [level["ttfa_ms"][key] for level in levels]
+        left.plot(conc, [float("nan") if v is None else v for v in values], style, label=key)
+    left.set(xlabel="concurrent sessions", ylabel="time to first audio (ms)", title="TTFA")
+    right.plot(conc, [level["x_real_time"] for level in levels], "o-")
+    right.set(
+        xlabel="concurrent sessions",
+        ylabel="audio seconds per wall second",
+        title="aggregate x-real-time",
+    )
+    for ax in (left, right):
+        if len(set(conc)) > 1 and min(conc) > 0:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(conc, [str(c) for c in conc])
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    left.legend()
+    model = report["config"].get("model") or {}
+    fig.suptitle(f"{report['name']}: {model.get('id', '?')} on {report['machine']['platform']}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

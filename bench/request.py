@@ -1,0 +1,102 @@
+"""One benchmark request: stream a text word by word into a new context, measure audio."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from voiceclient import VoiceClient, VoiceContext, VoiceServerError
+
+from bench.measure import Arrival, RequestResult, count_underruns
+from bench.texts import FIRST_CLAUSE_WORDS, word_pieces
+from protocol.messages import OutputFormat
+
+BYTES_PER_SAMPLE = 2  # the bench always asks for pcm_s16le
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """How every request of a run is sent."""
+
+    sample_rate: int
+    voice: str | None = None
+    tokens_per_s: float = 0.0
+    """Word pieces per second; 0 sends them as fast as the socket takes them."""
+    first_clause_words: int = FIRST_CLAUSE_WORDS
+    timeout_s: float = 120.0
+
+    @property
+    def output_format(self) -> OutputFormat:
+        return OutputFormat(encoding="pcm_s16le", sample_rate=self.sample_rate)
+
+
+async def run_request(
+    vc: VoiceClient, text: str, spec: RequestSpec, index: int = 0, concurrency: int = 1
+) -> RequestResult:
+    """Stream ``text`` like an LLM: word pieces, ``text.append(flush=True)`` on the last
+    word of the first clause, the rest, ``context.end``. Errors are recorded, not raised."""
+    pieces = word_pieces(text)
+    flush_piece = min(spec.first_clause_words, len(pieces)) - 1
+    started = flush_at = time.monotonic()
+    arrivals: list[Arrival] = []
+    error: str | None = None
+    ctx: VoiceContext | None = None
+    try:
+        async with asyncio.timeout(spec.timeout_s):
+            ctx = await vc.create_context(voice=spec.voice, output_format=spec.output_format)
+            collector = asyncio.create_task(_collect(ctx, spec.sample_rate, arrivals))
+            try:
+                started = time.monotonic()
+                for i, piece in enumerate(pieces):
+                    if spec.tokens_per_s > 0:
+                        await _sleep_until(started + i / spec.tokens_per_s)
+                    if i == flush_piece:
+                        flush_at = time.monotonic()
+                    await ctx.append(piece, flush=i == flush_piece)
+                await ctx.end()
+                await collector
+            finally:
+                collector.cancel()
+    except VoiceServerError as err:
+        error = f"{err.code}: {err.message}"
+    except TimeoutError:
+        error = f"timeout: no context.done within {spec.timeout_s:g} s"
+        if ctx is not None:
+            await _cancel_quietly(ctx)
+    under = count_underruns(arrivals)
+    return RequestResult(
+        index=index,
+        concurrency=concurrency,
+        words=len(pieces),
+        chars=len(text),
+        started_at=started,
+        flush_at=flush_at,
+        first_audio_at=arrivals[0].at if arrivals else None,
+        last_audio_at=arrivals[-1].at if arrivals else None,
+        audio_s=sum(a.duration_s for a in arrivals),
+        chunks=len(arrivals),
+        underruns=under.count,
+        stall_ms=under.stall_ms,
+        error=error,
+    )
+
+
+async def _collect(ctx: VoiceContext, sample_rate: int, arrivals: list[Arrival]) -> None:
+    async for chunk in ctx.audio():
+        if chunk.payload:
+            seconds = len(chunk.payload) / BYTES_PER_SAMPLE / sample_rate
+            arrivals.append(Arrival(chunk.received_at, seconds))
+
+
+async def _cancel_quietly(ctx: VoiceContext) -> None:
+    with contextlib.suppress(VoiceServerError, TimeoutError):
+        async with asyncio.timeout(5):
+            await ctx.cancel()
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -1,0 +1,98 @@
+"""Start ``voiceserver serve`` in a subprocess for a benchmark run, and stop it after."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from voiceclient.server_info import get_json
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnedServer:
+    url: str
+    """The WebSocket URL of the speech endpoint."""
+    http: str
+    log_path: Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _healthy(http: str) -> bool:
+    try:
+        return get_json(f"{http}/health", timeout=1.0).get("status") == "ok"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def spawn_server(
+    config: str,
+    *,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    options: tuple[str, ...] = (),
+    start_timeout_s: float = 300.0,
+) -> Iterator[SpawnedServer]:
+    """Run ``voiceserver serve --config CONFIG`` until /health answers; stop it on exit.
+
+    Raises RuntimeError (with the end of the server's log) when it exits early or does
+    not become healthy in time.
+    """
+    port = port or free_port(host)
+    http = f"http://{host}:{port}"
+    command = [sys.executable, "-m", "voiceserver.cli", "serve", "--config", config]
+    command += ["--host", host, "--port", str(port), "--log-level", "warning"]
+    for option in options:
+        command += ["--option", option]
+    log_dir = Path(tempfile.mkdtemp(prefix="voiceserver-bench-"))
+    log_path = log_dir / "server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while not _healthy(http):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"the server exited with {proc.returncode} before it was ready:\n"
+                    f"{_tail(log_path)}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the server did not answer {http}/health within {start_timeout_s:g} s:\n"
+                    f"{_tail(log_path)}"
+                )
+            time.sleep(0.2)
+        yield SpawnedServer(f"ws://{host}:{port}/v1/audio/speech/ws", http, log_path)
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)  # uvicorn shuts down gracefully on SIGINT
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

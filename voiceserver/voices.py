@@ -1,0 +1,383 @@
+"""Uploaded voices: cloned once, kept on disk per model, served from memory.
+
+Layout under the voices directory (``ServerConfig.voices_dir``)::
+
+    <model name>/<voice name>/voice.json   record + the model's meta (JSON)
+    <model name>/<voice name>/arrays.npz   the model's arrays (no pickles)
+
+A voice is written into ``<model name>/.tmp-<random>/`` and renamed into place,
+so a reader (or a restart after a crash) sees the whole voice or none of it;
+deleting renames it to ``.trash-<random>`` first for the same reason. Leftover
+``.tmp-``/``.trash-`` folders are removed when the store opens. Every voice of
+the model is loaded into memory when the store opens (they are a few KiB each),
+so request handlers on the event loop never touch the disk. A voice whose files
+cannot be read is kept as a broken entry: it is listed with its error, a
+request naming it gets an error naming it, and DELETE removes it.
+
+Without a directory the store keeps uploads in memory only (lost at restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+import zipfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.base import ARModel, ClonedVoice, ModelInputError
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_CHARS = 64
+_NAME = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_NAME_CHARS}}}")
+_FORMAT = 1
+_META_FILE = "voice.json"
+_ARRAYS_FILE = "arrays.npz"
+_TMP_PREFIX = ".tmp-"
+_TRASH_PREFIX = ".trash-"
+# Request fields that bring their own reference: with one of these, a voice name
+# the server does not know is a label, not an error (as in vllm-omni's Base task).
+INLINE_VOICE_KEYS = ("ref_audio", "speaker_embedding", "voice_prompt")
+
+
+class VoiceExists(ModelInputError):
+    """The name is taken (an uploaded or a built-in voice): HTTP 409."""
+
+
+@dataclass(frozen=True)
+class VoiceRecord:
+    """What the server keeps about one upload besides the model's arrays."""
+
+    name: str
+    created_at: int
+    """Unix time in seconds."""
+    consent: str | None = None
+    description: str | None = None
+    ref_text: str | None = None
+    x_vector_only: bool = False
+    mime_type: str | None = None
+    file_size: int = 0
+    """Bytes of the uploaded audio."""
+
+
+@dataclass(frozen=True)
+class StoredVoice:
+    record: VoiceRecord
+    voice: ClonedVoice | None
+    """None when the files could not be read (``error`` says why)."""
+    error: str | None = None
+
+
+def model_dir_name(model_name: str) -> str:
+    """A folder name for a model name (config names are already safe)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model_name).lstrip(".")
+    return safe or "model"
+
+
+class VoiceStore:
+    """The uploaded voices of one model; thread-safe, blocking on disk writes."""
+
+    def __init__(
+        self,
+        model_name: str,
+        builtin_voices: Iterable[str],
+        root: Path | None = None,
+        max_voices: int = 1000,
+    ) -> None:
+        self.model_name = model_name
+        self.builtin = {name.lower(): name for name in builtin_voices}
+        self.directory = root / model_dir_name(model_name) if root is not None else None
+        self.max_voices = max_voices
+        self._voices: dict[str, StoredVoice] = {}
+        self._busy: set[str] = set()
+        """Names being written or deleted right now (checked under ``_lock``)."""
+        self._lock = threading.Lock()
+        self.upload_lock = asyncio.Lock()
+        """Held by the upload endpoint around cloning: one clone runs at a time."""
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._load()
+
+    @property
+    def persistent(self) -> bool:
+        return self.directory is not None
+
+    # -- reading -----------------------------------------------------------------
+
+    def is_builtin(self, name: str) -> bool:
+        return name.lower() in self.builtin
+
+    def find(self, name: str) -> StoredVoice | None:
+        """The uploaded voice called ``name`` (any case), or None."""
+        with self._lock:
+            return self._voices.get(name.lower())
+
+    def voice(self, name: str) -> ClonedVoice | None:
+        """The uploaded voice's arrays, or None when no voice has that name;
+        raises ModelInputError naming the voice when its files were unreadable."""
+        stored = self.find(name)
+        if stored is None:
+            return None
+        if stored.voice is None:
+            shown = stored.record.name
+            raise ModelInputError(
+                f"voice: the stored voice {shown!r} cannot be read ({stored.error}); delete it"
+                f" (DELETE /v1/audio/voices/{shown}) and upload it again",
+                param="voice",
+                code=ErrorCode.INTERNAL_ERROR,
+            )
+        return stored.voice
+
+    def list(self) -> list[StoredVoice]:
+        with self._lock:
+            return sorted(self._voices.values(), key=lambda v: v.record.name.lower())
+
+    def names(self) -> list[str]:
+        return [v.record.name for v in self.list()]
+
+    # -- writing -----------------------------------------------------------------
+
+    def check_name(self, name: object) -> str:
+        """``name`` if a new voice may take it; else ModelInputError (400) or
+        VoiceExists (409), both naming ``name``."""
+        if not isinstance(name, str) or not name:
+            raise ModelInputError("name: required", param="name", code=ErrorCode.MISSING_FIELD)
+        if not _NAME.fullmatch(name) or name.startswith("."):
+            raise ModelInputError(
+                f"name: {name[:80]!r} is not allowed; use 1 to {MAX_NAME_CHARS} characters of"
+                " A-Z a-z 0-9 _ . - (not starting with '.')",
+                param="name",
+                code=ErrorCode.INVALID_FIELD,
+            )
+        if self.is_builtin(name):
+            raise VoiceExists(
+                f"name: {name!r} is a built-in voice of this model; pick another name",
+                param="name",
+                code=ErrorCode.INVALID_FIELD,
+            )
+        with self._lock:
+            self._check_free(name)
+        return name
+
+    def add(self, record: VoiceRecord, voice: ClonedVoice) -> StoredVoice:
+        """Store a new voice (written to disk before it is visible); raises
+        VoiceExists when the name was taken meanwhile."""
+        name = self.check_name(record.name)
+        key = name.lower()
+        with self._lock:
+            self._check_free(name)
+            if len(self._voices) >= self.max_voices:
+                raise ModelInputError(
+                    f"name: this server keeps at most {self.max_voices} uploaded voices;"
+                    " delete one first",
+                    param="name",
+                    code=ErrorCode.INVALID_FIELD,
+                )
+            self._busy.add(key)
+        try:
+            if self.directory is not None:
+                self._write(record, voice)
+            stored = StoredVoice(record, voice)
+            with self._lock:
+                self._voices[key] = stored
+            return stored
+        finally:
+            with self._lock:
+                self._busy.discard(key)
+
+    def remove(self, name: str) -> StoredVoice | None:
+        """Delete an uploaded voice (from disk first); None when there is none."""
+        key = name.lower()
+        with self._lock:
+            stored = self._voices.get(key)
+            if stored is None or key in self._busy:
+                return None
+            self._busy.add(key)
+        try:
+            if self.directory is not None:
+                self._delete(stored.record.name)
+            with self._lock:
+                del self._voices[key]
+            return stored
+        finally:
+            with self._lock:
+                self._busy.discard(key)
+
+    def _check_free(self, name: str) -> None:
+        key = name.lower()
+        if key in self._voices or key in self._busy:
+            taken = self._voices[key].record.name if key in self._voices else name
+            raise VoiceExists(
+                f"name: a voice called {taken!r} already exists; delete it first"
+                f" (DELETE /v1/audio/voices/{taken}) or pick another name",
+                param="name",
+                code=ErrorCode.INVALID_FIELD,
+            )
+
+    # -- disk ----------------------------------------------------------------------
+
+    def _write(self, record: VoiceRecord, voice: ClonedVoice) -> None:
+        assert self.directory is not None
+        meta = {
+            "format": _FORMAT,
+            "model": self.model_name,
+            "record": asdict(record),
+            "meta": voice.meta,
+        }
+        text = json.dumps(meta, ensure_ascii=False, indent=1)  # a TypeError here is a model bug
+        arrays = {key: np.asarray(value) for key, value in voice.arrays.items()}
+        for key, array in arrays.items():
+            if array.dtype.hasobject:  # would need a pickle, which loading refuses
+                raise ValueError(f"array {key!r} of voice {record.name!r} holds Python objects")
+        tmp = self.directory / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+        tmp.mkdir()
+        try:
+            with open(tmp / _ARRAYS_FILE, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            with open(tmp / _META_FILE, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            # rename() of a folder onto an existing one fails: no silent overwrite
+            # (nor a case-insensitive file system's silent merge).
+            os.rename(tmp, self.directory / record.name)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _fsync_dir(self.directory)
+
+    def _delete(self, name: str) -> None:
+        assert self.directory is not None
+        path = self.directory / name
+        trash = self.directory / f"{_TRASH_PREFIX}{uuid.uuid4().hex}"
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            return  # removed behind our back: nothing left to delete
+        _fsync_dir(self.directory)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def _load(self) -> None:
+        assert self.directory is not None
+        for path in sorted(self.directory.iterdir()):
+            name = path.name
+            if name.startswith((_TMP_PREFIX, _TRASH_PREFIX)):
+                log.info("removing an unfinished voice write/delete: %s", path)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            if not path.is_dir() or not _NAME.fullmatch(name) or name.startswith("."):
+                log.warning("ignoring %s: not a stored voice", path)
+                continue
+            if name.lower() in self._voices:
+                log.warning("ignoring %s: another voice differs only in case", path)
+                continue
+            stored = _read_voice(path)
+            if stored.error is not None:
+                log.error("stored voice %r cannot be read: %s", name, stored.error)
+            self._voices[name.lower()] = stored
+        log.info(
+            "%d uploaded voice(s) of %s loaded from %s",
+            len(self._voices),
+            self.model_name,
+            self.directory,
+        )
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # platforms without directory handles
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _read_voice(path: Path) -> StoredVoice:
+    """One voice folder -> a StoredVoice (a broken one when anything is wrong)."""
+    name = path.name
+    created = int(path.stat().st_mtime)
+    try:
+        data = json.loads((path / _META_FILE).read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            raise ValueError(f"{_META_FILE} is not format {_FORMAT}")
+        record = _record_from(data.get("record"), name)
+        meta = data.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"{_META_FILE}: meta is not an object")
+        with open(path / _ARRAYS_FILE, "rb"):
+            pass  # a missing file is reported as such, not as "not a zip file"
+        if not zipfile.is_zipfile(path / _ARRAYS_FILE):
+            # np.load would try it as a pickle and say so, which misleads.
+            raise ValueError(f"{_ARRAYS_FILE} is not an .npz (zip) file")
+        with np.load(path / _ARRAYS_FILE, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except OSError as exc:  # the file name only: clients see this text, not server paths
+        where = Path(exc.filename).name if exc.filename else "voice files"
+        return StoredVoice(VoiceRecord(name, created), None, f"{where}: {exc.strerror or exc}")
+    # A damaged file can fail in many ways (zip, npy header, JSON); every one of
+    # them must become a broken entry, never a failed start.
+    except Exception as exc:  # noqa: BLE001
+        return StoredVoice(VoiceRecord(name, created), None, f"{type(exc).__name__}: {exc}")
+    return StoredVoice(record, ClonedVoice(arrays, meta))
+
+
+def _record_from(data: Any, folder: str) -> VoiceRecord:
+    if not isinstance(data, dict):
+        raise ValueError(f"{_META_FILE}: record is not an object")
+    known = {f.name for f in fields(VoiceRecord)}
+    record = VoiceRecord(**{k: v for k, v in data.items() if k in known})
+    if record.name != folder:
+        raise ValueError(f"{_META_FILE} names {record.name!r}, the folder {folder!r}")
+    if not isinstance(record.created_at, int):
+        raise ValueError(f"{_META_FILE}: created_at is not an integer")
+    return record
+
+
+def resolve_voice(
+    store: VoiceStore, model: ARModel, voice: str | None, extra: dict[str, Any]
+) -> tuple[str | None, dict[str, Any]]:
+    """The (voice, extra) a request really asks for.
+
+    A built-in name passes through; an uploaded voice's name becomes the
+    model's own settings for it (its entries win over the request's); any other
+    name is an ``unknown_voice`` error listing what exists, unless the request
+    brings its own reference audio or embedding (then the name is a label).
+    """
+    if voice is None or store.is_builtin(voice):
+        return voice, extra
+    cloned = store.voice(voice)
+    if cloned is not None:
+        try:
+            name, settings = model.voice_settings(cloned)
+        except ModelInputError as err:
+            detail = str(err).removeprefix("voice: ")
+            raise ModelInputError(
+                f"voice: stored voice {voice!r}: {detail}", param="voice", code=err.code
+            ) from None
+        return name, {**extra, **settings}
+    if any(extra.get(key) is not None for key in INLINE_VOICE_KEYS):
+        return voice, extra
+    available = [*store.builtin.values(), *store.names()]
+    raise ModelInputError(
+        f"unknown voice {voice!r}; available: {', '.join(available)}",
+        param="voice",
+        code=ErrorCode.UNKNOWN_VOICE,
+    )
