@@ -15,7 +15,7 @@ from voiceserver.http.batch import speech_batch
 from voiceserver.http.info import health, list_models
 from voiceserver.http.metrics import metrics_endpoint
 from voiceserver.http.speech import speech
-from voiceserver.http.voices import list_voices
+from voiceserver.http.voices import create_voice, delete_voice, list_voices
 from voiceserver.runtime import Runtime
 from voiceserver.transport.compat_vllm import vllm_speech_stream
 from voiceserver.transport.ws import speech_websocket
@@ -42,6 +42,8 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
         Route("/v1/audio/speech", speech, methods=["POST"]),
         Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
         Route("/v1/audio/voices", list_voices, methods=["GET"]),
+        Route("/v1/audio/voices", create_voice, methods=["POST"]),
+        Route("/v1/audio/voices/{name}", delete_voice, methods=["DELETE"]),
         WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
         WebSocketRoute("/v1/audio/speech/stream", vllm_speech_stream),
     ]

@@ -35,6 +35,12 @@ def serve(argv: list[str]) -> None:
         "--option", action="append", default=[], help="override a model option: KEY=VALUE"
     )
     parser.add_argument("--api-key", action="append", default=[], help="accept this bearer key")
+    parser.add_argument(
+        "--voices-dir",
+        type=Path,
+        default=Path.home() / ".local" / "share" / "voiceserver" / "voices",
+        help="where uploaded voices are kept, a folder per model (default: %(default)s)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
 
@@ -58,7 +64,12 @@ def serve(argv: list[str]) -> None:
     else:
         model_config = load_model_config(args.config or DEFAULT_MODEL_CONFIG, overrides)
     model_config = with_checkpoint(model_config, args.model)
-    server = ServerConfig(host=args.host, port=args.port, api_keys=tuple(args.api_key))
+    server = ServerConfig(
+        host=args.host,
+        port=args.port,
+        api_keys=tuple(args.api_key),
+        voices_dir=args.voices_dir,
+    )
     app = create_app(server, model_config)
     uvicorn.run(
         app,

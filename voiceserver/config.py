@@ -39,6 +39,7 @@ class Limits:
         the protocol can answer with an error before closing; far above it the
         transport drops the frame unread (also 1009)."""
         return 4 * self.max_message_bytes
+
     outbox_max_bytes: int = 32 << 20
     """Encoded audio a session may have queued for a slow reader."""
     slow_reader_timeout_s: float = 10.0
@@ -54,6 +55,9 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     encode_threads: int = 2
     """Threads that resample and encode audio off the event loop."""
+    voices_dir: Path | None = None
+    """Where uploaded voices are kept (a folder per model name); None: in memory
+    only, lost at restart."""
 
 
 @dataclass(frozen=True)

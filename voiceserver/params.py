@@ -6,6 +6,7 @@ from typing import Any
 
 from models.base import ModelInputError, SynthParams
 from voiceserver.runtime import Runtime
+from voiceserver.voices import resolve_voice
 
 
 def resolve_params(
@@ -27,12 +28,13 @@ def resolve_params(
             param="model",
             code="unknown_model",
         )
+    voice, extra = resolve_voice(rt.voices, rt.model.ar, voice, dict(extra or {}))
     params = SynthParams(
         voice=voice or caps.default_voice,
         language=language or caps.languages[0],
         speed=speed,
         instructions=instructions,
-        extra=dict(extra or {}),
+        extra=extra,
     )
     rt.model.ar.validate(params)
     return params

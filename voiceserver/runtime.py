@@ -12,6 +12,7 @@ from models.registry import resolve
 from voiceserver.config import ModelConfig, ServerConfig
 from voiceserver.engine.core import EngineCore
 from voiceserver.metrics import Metrics
+from voiceserver.voices import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ class Runtime:
     engine: EngineCore
     encode_pool: ThreadPoolExecutor
     metrics: Metrics
+    voices: VoiceStore
     started_at: float = field(default_factory=time.time)
     sessions_open: int = 0
 
@@ -33,6 +35,10 @@ class Runtime:
         t0 = time.monotonic()
         loader = resolve(model_config.family)
         model = loader(model_config.model, model_config.checkpoint)
+        builtin = [v.name for v in model.capabilities.voices]
+        voices = VoiceStore(model_config.name, builtin, server.voices_dir)
+        if server.voices_dir is None:
+            log.warning("uploaded voices are kept in memory only; pass --voices-dir to keep them")
         metrics = Metrics(model_config.name)
         engine = EngineCore(model, model_config.engine, metrics.engine_observer())
         metrics.add_queue_collector(engine.queue_depths)
@@ -46,7 +52,7 @@ class Runtime:
             model.capabilities.frame_ms,
         )
         pool = ThreadPoolExecutor(max_workers=server.encode_threads, thread_name_prefix="encode")
-        return cls(server, model_config, model, engine, pool, metrics)
+        return cls(server, model_config, model, engine, pool, metrics, voices)
 
     def session_opened(self, endpoint: str) -> None:
         self.sessions_open += 1

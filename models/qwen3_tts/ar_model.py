@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ import torch
 from models.base import (
     ARModel,
     Capabilities,
+    ClonedVoice,
     ContextState,
     ModelInputError,
     StepOutput,
@@ -38,9 +40,17 @@ from models.qwen3_tts.sampling import (
 from models.qwen3_tts.talker import Talker
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoicePrompt
-from models.qwen3_tts.voices import VoiceResolver
+from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
 
 MIN_NEW_TOKENS = 2
+
+
+def _stored_mismatch(why: str) -> ModelInputError:
+    return ModelInputError(
+        f"voice: the stored voice does not fit this model ({why}); upload it again",
+        param="voice",
+        code="invalid_field",
+    )
 
 
 class Qwen3Frontend(TextFrontend):
@@ -116,6 +126,60 @@ class Qwen3AR(ARModel):
     ) -> VoicePrompt:
         """Base model: the reusable prompt of a cloned voice (pass it as ``extra["voice_prompt"]``)."""
         return self.voices.create_prompt(ref_audio, sample_rate, ref_text, x_vector_only)
+
+    def clone_voice(
+        self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False
+    ) -> ClonedVoice:
+        """Base model: the speaker x-vector (and, unless ``x_vector_only``, the
+        reference's codes and text) as arrays the server can store."""
+        prompt = self.create_voice_prompt(ref_audio, None, ref_text, x_vector_only)
+        arrays = {"speaker_embedding": np.asarray(prompt.speaker_embedding, dtype=np.float32)}
+        if prompt.ref_codes is not None:
+            arrays["ref_codes"] = np.asarray(prompt.ref_codes, dtype=np.int64)
+        meta = {"ref_text": prompt.ref_text if prompt.ref_codes is not None else None}
+        return ClonedVoice(arrays, meta)
+
+    def voice_settings(self, voice: ClonedVoice) -> tuple[str, dict[str, Any]]:
+        """A stored voice -> ``voice="clone"`` with its ``voice_prompt``; a voice
+        computed by another checkpoint (other sizes) is refused, not mis-read."""
+        if self.cfg.model_type != "base":
+            raise ModelInputError(
+                f"voice: stored voices need a Base model, this is {self.cfg.model_type}",
+                param="voice",
+                code="unsupported_value",
+            )
+        hidden = self.cfg.talker.stack.hidden_size
+        embedding = voice.arrays.get("speaker_embedding")
+        if (
+            embedding is None
+            or embedding.shape != (hidden,)
+            or not np.issubdtype(embedding.dtype, np.floating)
+            or not np.all(np.isfinite(embedding))
+        ):
+            raise _stored_mismatch(f"its speaker embedding is not {hidden} finite floats")
+        codes = voice.arrays.get("ref_codes")
+        ref_text = voice.meta.get("ref_text")
+        if codes is not None:
+            groups, size = self.cfg.talker.num_code_groups, self.cfg.talker.predictor_vocab_size
+            if (
+                codes.ndim != 2
+                or codes.shape[1] != groups
+                or not np.issubdtype(codes.dtype, np.integer)
+                or codes.size == 0
+                or codes.min() < 0
+                or codes.max() >= size
+            ):
+                raise _stored_mismatch(
+                    f"its reference codes are not [frames, {groups}] in [0, {size})"
+                )
+            if not isinstance(ref_text, str) or not ref_text:
+                raise _stored_mismatch("it has reference codes but no reference text")
+        prompt = VoicePrompt(
+            embedding.astype(np.float32, copy=False),
+            None if codes is None else codes.astype(np.int64, copy=False),
+            ref_text if codes is not None else None,
+        )
+        return CLONE_VOICE, {"voice_prompt": prompt}
 
     def validate(self, params: SynthParams) -> None:
         settings_from(

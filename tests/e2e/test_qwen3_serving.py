@@ -25,7 +25,9 @@ TEXT = "Hello there, how are you today?"
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("qwen3_serving")
-    return build_checkpoint(root / "cv", BuildOptions(variant="custom_voice", size_name="1b7", seed=5))
+    return build_checkpoint(
+        root / "cv", BuildOptions(variant="custom_voice", size_name="1b7", seed=5)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +102,18 @@ def test_voiceserver_serve_model_dir_cli(checkpoint: Path, tmp_path: Path) -> No
         port = s.getsockname()[1]
     exe = Path(sys.executable).parent / "voiceserver"
     proc = subprocess.Popen(
-        [str(exe), "serve", "--model", str(checkpoint), "--port", str(port), "--log-level", "warning"],
+        [
+            str(exe),
+            "serve",
+            "--model",
+            str(checkpoint),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--voices-dir",
+            str(tmp_path / "voices"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -117,7 +130,9 @@ def test_voiceserver_serve_model_dir_cli(checkpoint: Path, tmp_path: Path) -> No
                 time.sleep(0.3)
         entry = models["data"][0]
         assert entry["family"] == "qwen3_tts" and entry["sample_rate"] == 24000
-        body = json.dumps({"input": "Hi there.", "voice": entry["voices"][0], "response_format": "wav"})
+        body = json.dumps(
+            {"input": "Hi there.", "voice": entry["voices"][0], "response_format": "wav"}
+        )
         response = httpx.post(
             f"http://127.0.0.1:{port}/v1/audio/speech",
             content=body,
@@ -131,7 +146,9 @@ def test_voiceserver_serve_model_dir_cli(checkpoint: Path, tmp_path: Path) -> No
 
 
 async def test_frame_cap_ends_with_a_warning_not_a_hang(server: RunningServer) -> None:
-    client = await stream_words(server, "cap", voice=speaker(server), temperature=0, max_new_tokens=3)
+    client = await stream_words(
+        server, "cap", voice=speaker(server), temperature=0, max_new_tokens=3
+    )
     await client.send(type="context.end", context_id="cap")
     done = await client.until("context.done", "cap", timeout=120)
     await client.close()

@@ -44,7 +44,9 @@ async def test_slow_reader_closed_1008_and_other_sessions_unharmed() -> None:
         # max_queue=1: the client library stops reading the socket, so TCP pushes back.
         slow = await websockets.connect(server.ws, max_queue=1, max_size=None)
         for i in range(4):
-            await slow.send(f'{{"type": "text.append", "context_id": "c{i}", "text": "{"many words " * 4000}"}}')
+            await slow.send(
+                f'{{"type": "text.append", "context_id": "c{i}", "text": "{"many words " * 4000}"}}'
+            )
             await slow.send(f'{{"type": "context.end", "context_id": "c{i}"}}')
         healthy = await Client.connect(server.ws)
         await healthy.send(type="text.append", context_id="h", text="I read my audio.")

@@ -4,9 +4,9 @@ Qwen3 Base model's clone_voice/voice_settings hooks the store relies on."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 import json
 import wave
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np

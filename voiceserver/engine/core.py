@@ -40,6 +40,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+URGENT_MARGIN_S = 0.02
+"""Extra playout margin when deciding which chunks must be decoded before an AR step."""
+MAX_URGENT_PASSES = 4
+"""Vocoder calls allowed before one AR step, so AR work is never starved."""
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -104,6 +109,8 @@ class EngineCore:
         self._contexts: dict[int, _Context] = {}
         self._thread: threading.Thread | None = None
         self._next_cid = 0
+        self._ar_seconds = 0.05
+        """Running average of one AR step's wall time."""
         self._cid_lock = threading.Lock()
 
     # -- called from any thread -------------------------------------------
@@ -209,9 +216,20 @@ class EngineCore:
         decision = self.scheduler.schedule(now)
         for cid in decision.admit:
             self._admit(self._contexts[cid])
+        posted = False
         if decision.step:
+            # Audio that is playing must not run dry while the AR step holds the
+            # thread: first decode for every context whose buffer ends within
+            # the step's expected duration (and newcomers' first chunks).
+            horizon = 1.5 * self._ar_seconds + URGENT_MARGIN_S
+            for _ in range(MAX_URGENT_PASSES):
+                if not self._vocoder_step(horizon):
+                    break
+                posted = True
+            started = time.monotonic()
             self._ar_step([self._contexts[cid] for cid in decision.step if cid in self._contexts])
-        posted = self._vocoder_step()
+            self._ar_seconds += 0.2 * (time.monotonic() - started - self._ar_seconds)
+        posted = self._vocoder_step() or posted
         return bool(decision.admit or decision.step or posted)
 
     def _admit(self, ctx: _Context) -> None:
@@ -262,14 +280,14 @@ class EngineCore:
                 self.vocoder.close(ctx.cid)
                 self._free_slot(ctx)
 
-    def _vocoder_step(self) -> bool:
+    def _vocoder_step(self, horizon: float | None = None) -> bool:
         starved = {
             c.cid
             for c in self._contexts.values()
             if c.ar_done or (c.state is not None and not c.state.has_work)
         }
         try:
-            audio = self.vocoder.step(time.monotonic(), starved)
+            audio = self.vocoder.step(time.monotonic(), starved, horizon)
         except Exception as exc:
             log.exception("vocoder step failed")
             for ctx in list(self._contexts.values()):

@@ -105,11 +105,17 @@ class VocoderLoop:
         stream = self.streams.get(cid)
         return stream is None or stream.buffered == 0
 
-    def step(self, now: float, starved: set[int]) -> dict[int, np.ndarray]:
+    def step(
+        self, now: float, starved: set[int], horizon: float | None = None
+    ) -> dict[int, np.ndarray]:
         """Decode one batch; ``starved`` contexts get no more frames for now,
-        so their partial chunks go out instead of waiting."""
+        so their partial chunks go out instead of waiting. With ``horizon``,
+        only contexts whose buffered audio runs out within that many seconds
+        (and newcomers, which have none yet) are decoded."""
         candidates: list[tuple[_Stream, _Unit, int, int]] = []
         for stream in self.streams.values():
+            if horizon is not None and stream.deadline() - now >= horizon:
+                continue
             if stream.first_emit_at is not None and (
                 stream.emitted_s - (now - stream.first_emit_at) > stream.max_lead_s
             ):
