@@ -14,6 +14,9 @@ import soxr
 from models.base import ModelInputError
 
 
+URL_SCHEMES = ("http://", "https://", "ftp://", "file://", "s3://")
+
+
 def _bad(message: str) -> ModelInputError:
     return ModelInputError(f"ref_audio: {message}", param="ref_audio", code="invalid_field")
 
@@ -48,6 +51,13 @@ def load_reference_audio(
 ) -> np.ndarray:
     """Decode ``value`` and resample to ``target_rate``; enforce the length bounds."""
     if isinstance(value, str):
+        if value.lower().startswith(URL_SCHEMES):
+            raise ModelInputError(
+                "ref_audio: URLs are not fetched (URL fetching is off); send the audio as "
+                "base64 or upload it once with POST /v1/audio/voices",
+                param="ref_audio",
+                code="unsupported_value",
+            )
         text = value.split(",", 1)[1] if value.startswith("data:") else value
         try:
             value = base64.b64decode(text, validate=True)

@@ -135,3 +135,30 @@ async def test_manual_mode_waits_for_flush(piper_server: RunningServer) -> None:
     # Every sample of the flush was sent before context.flushed (24 kHz s16: 48 bytes/ms).
     assert abs(len(client.got.audio["m"]) / 48 - flushed["audio_ms"]) <= 1
     await client.close()
+
+
+def test_say_cli_writes_speech_equal_to_piper_one_shot(
+    piper_server: RunningServer,
+    voice: PiperVoice,
+    tmp_path,
+    capsys,  # type: ignore[no-untyped-def]
+) -> None:
+    """README's first command: `voiceserver say "..." -o hi.wav` against the default voice."""
+    import wave
+
+    from voiceclient.say import main as say_main
+
+    text = "Hello there, how are you today?"
+    out = tmp_path / "hi.wav"
+    say_main([text, "-o", str(out), "--url", piper_server.ws, "--stream"])
+    assert "first audio" in capsys.readouterr().out.lower()
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 22050 and wav.getnchannels() == 1 and wav.getsampwidth() == 2
+        got = as_float(wav.readframes(wav.getnframes()))
+    segmenter = TextSegmenter(piper_server.runtime.model_config.segmenter)
+    segments = [s.text for s in segmenter.push(text, 0.0)]
+    last = segmenter.flush()
+    segments += [last.text] if last else []
+    reference = np.concatenate([one_shot(voice, s) for s in segments])
+    assert len(got) == len(reference)
+    assert snr_db(reference, got) >= 40.0

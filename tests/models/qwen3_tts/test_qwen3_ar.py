@@ -135,6 +135,8 @@ def test_request_errors_name_the_param(cv: LoadedModel, base: LoadedModel) -> No
         "ref_audio_sample_rate",
     )
     expect(base, params("clone", speaker_embedding=[0.0] * 3), "invalid_field", "speaker_embedding")
+    url = params("clone", ref_audio="https://example.com/me.wav", ref_text="hi")
+    expect(base, url, "unsupported_value", "ref_audio")  # URL fetching is off
     base.ar.validate(params("clone", x_vector_only=True, **audio))
 
 
