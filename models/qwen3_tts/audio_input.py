@@ -13,7 +13,6 @@ import soxr
 
 from models.base import ModelInputError
 
-
 URL_SCHEMES = ("http://", "https://", "ftp://", "file://", "s3://")
 
 
