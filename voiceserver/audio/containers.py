@@ -30,7 +30,7 @@ import av
 import numpy as np
 
 from voiceserver.audio.encoders.base import Encoder, FrameBuffer, clip_unit, float_to_s16
-from voiceserver.audio.encoders.ogg_opus import OggOpusEncoder
+from voiceserver.audio.encoders.ogg_opus import ByteSink, OggOpusEncoder
 from voiceserver.audio.encoders.pcm import PcmEncoder
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.audio.resample import StreamResampler, as_mono_float32
@@ -54,21 +54,6 @@ SAMPLE_RATES: dict[str, tuple[int, ...]] = {
 # (FFmpeg's AAC caps a channel at 6 bits per sample, so 8 kHz gets less).
 _MP3_BITRATE = {8000: 32000, 16000: 48000, 22050: 64000, 24000: 64000, 44100: 96000, 48000: 96000}
 _AAC_BITRATE = {8000: 32000, 16000: 48000, 22050: 64000, 24000: 64000, 44100: 96000, 48000: 96000}
-
-
-class _ByteSink:
-    """Write-only, non-seekable file object that the muxer writes into."""
-
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        self._chunks.append(bytes(data))
-        return len(data)
-
-    def take(self) -> list[bytes]:
-        data, self._chunks = b"".join(self._chunks), []
-        return [data] if data else []
 
 
 class WavStreamEncoder:
@@ -119,7 +104,7 @@ class AvFileEncoder:
         self.sample_rate = sample_rate
         self.content_type = MEDIA_TYPES[response_format]
         self._sample_format = sample_format
-        self._sink = _ByteSink()
+        self._sink = ByteSink()
         options = {"flush_packets": "1"}
         if muxer == "mp3":
             options["id3v2_version"] = "0"  # no tag: the first bytes are audio frames

@@ -5,6 +5,10 @@ from __future__ import annotations
 import hmac
 
 from starlette.datastructures import Headers, QueryParams
+from starlette.responses import JSONResponse
+from starlette.websockets import WebSocket
+
+from protocol.errors import CloseCode
 
 SUBPROTOCOL = "tts.v1"
 BEARER_PREFIX = "bearer."
@@ -39,3 +43,16 @@ def chosen_subprotocol(headers: Headers) -> str | None:
 def _subprotocols(headers: Headers) -> list[str]:
     raw = headers.get("sec-websocket-protocol", "")
     return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+async def admit_websocket(ws: WebSocket, keys: tuple[str, ...]) -> bool:
+    """Check the key before the upgrade; a refused client gets HTTP 401 (or
+    close code 4001 where the server cannot answer a handshake with a response)."""
+    if key_ok(keys, offered_key(ws.headers, ws.query_params)):
+        return True
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        body = {"error": {"code": "unauthorized", "message": "missing or wrong API key"}}
+        await ws.send_denial_response(JSONResponse(body, 401))
+    else:
+        await ws.close(code=int(CloseCode.UNAUTHORIZED), reason="unauthorized")
+    return False

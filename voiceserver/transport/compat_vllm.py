@@ -37,7 +37,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from models.base import ModelInputError, SynthParams
@@ -63,7 +62,7 @@ from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.utterance import Utterance, UtteranceError
 from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
-from voiceserver.transport.auth import chosen_subprotocol, key_ok, offered_key
+from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
 
 log = logging.getLogger(__name__)
 
@@ -477,15 +476,7 @@ class CompatSession:
 
 async def vllm_speech_stream(ws: WebSocket) -> None:
     rt: Runtime = ws.app.state.runtime
-    if not key_ok(rt.server.api_keys, offered_key(ws.headers, ws.query_params)):
-        if "websocket.http.response" in ws.scope.get("extensions", {}):
-            await ws.send_denial_response(
-                JSONResponse(
-                    {"error": {"code": "unauthorized", "message": "missing or wrong API key"}}, 401
-                )
-            )
-        else:
-            await ws.close(code=int(CloseCode.UNAUTHORIZED), reason="unauthorized")
+    if not await admit_websocket(ws, rt.server.api_keys):
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
     rt.session_opened(ENDPOINT)

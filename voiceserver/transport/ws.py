@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import msgspec
-from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from protocol.errors import CloseCode, ProtocolError
@@ -18,7 +17,7 @@ from protocol.messages import Limits, SessionSettings
 from protocol.session import ServerSession
 from voiceserver.runtime import Runtime
 from voiceserver.session.speech import SpeechSession
-from voiceserver.transport.auth import chosen_subprotocol, key_ok, offered_key
+from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +52,7 @@ def protocol_limits(rt: Runtime) -> Limits:
 
 async def speech_websocket(ws: WebSocket) -> None:
     rt: Runtime = ws.app.state.runtime
-    if not key_ok(rt.server.api_keys, offered_key(ws.headers, ws.query_params)):
-        # Before the upgrade: the client gets HTTP 401 instead of a socket.
-        if "websocket.http.response" in ws.scope.get("extensions", {}):
-            await ws.send_denial_response(
-                JSONResponse(
-                    {"error": {"code": "unauthorized", "message": "missing or wrong API key"}}, 401
-                )
-            )
-        else:
-            await ws.close(code=int(CloseCode.UNAUTHORIZED), reason="unauthorized")
+    if not await admit_websocket(ws, rt.server.api_keys):
         return
     try:
         defaults = session_defaults(ws, rt)

@@ -16,8 +16,9 @@ from voiceserver.audio.encoders.base import FrameBuffer, clip_unit
 from voiceserver.audio.format import DEFAULT_OPUS_BITRATE, DEFAULT_OPUS_FRAME_MS
 
 
-class _PageSink:
-    """Write-only, non-seekable file object: the muxer writes pages here as they complete."""
+class ByteSink:
+    """Write-only, non-seekable file object: a muxer writes here as data completes
+    (Ogg pages, MP3 frames...), and ``take`` hands out what arrived since last time."""
 
     def __init__(self) -> None:
         self._chunks: list[bytes] = []
@@ -57,7 +58,7 @@ class OggOpusEncoder:
         self.frame_ms = frame_ms
         self.frame_size = sample_rate * frame_ms // 1000
         self.bitrate = bitrate or DEFAULT_OPUS_BITRATE[sample_rate]
-        self._sink = _PageSink()
+        self._sink = ByteSink()
         self._container = av.open(
             self._sink,
             "w",
