@@ -263,10 +263,14 @@ def test_codes_equal_reference_frame_by_frame(run: VariantRun) -> None:
     assert any(len(run.ours[c.id].codes) for c in run.cases)
 
 
+STREAMED_IN_PIECES = [
+    v for v, cases in CASES.items() if any(c.streaming and c.pieces > 1 for c in cases)
+]
+
+
+@pytest.mark.parametrize("run", STREAMED_IN_PIECES, indirect=True)
 def test_streamed_text_waits_instead_of_ending(run: VariantRun) -> None:
     waited = [c for c in run.cases if c.streaming and c.pieces > 1]
-    if not waited:
-        pytest.skip("no case of this variant streams text in pieces")
     # The text arrived in pieces, yet the codes equal the all-text-up-front reference.
     assert any(run.ours[c.id].starved_steps > 0 for c in waited)
 
@@ -295,9 +299,8 @@ def test_decoder_past_its_attention_window_matches_reference(run: VariantRun) ->
     assert np.abs(chunked - whole).max() < 1e-5
 
 
+@pytest.mark.parametrize("run", ["base"], indirect=True)  # clone prompts: Base only
 def test_voice_clone_prompt_equals_reference(run: VariantRun) -> None:
-    if run.variant != "base":
-        pytest.skip("voice clone prompts exist for the Base model only")
     ar = run.model.ar
     for case in run.cases:
         if case.ref_audio is None:
