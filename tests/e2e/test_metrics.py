@@ -40,6 +40,14 @@ async def test_metrics_count_every_request() -> None:
         await client.ws.send("{broken")
         await client.until("error")
         async with httpx.AsyncClient() as http:
+            for _ in range(2):
+                body = {"input": "over http", "response_format": "pcm"}
+                ok = await http.post(f"{server.http}/v1/audio/speech", json=body)
+                assert ok.status_code == 200
+            bad = await http.post(
+                f"{server.http}/v1/audio/speech", json={"input": "x", "voice": "nobody"}
+            )
+            assert bad.status_code == 400
             during = samples((await http.get(f"{server.http}/metrics")).text)
             await client.close()
             await asyncio.sleep(0.3)
@@ -59,3 +67,8 @@ async def test_metrics_count_every_request() -> None:
     assert value(after, "tts_engine_batch_size_count", model="tiny") > 0
     assert value(after, "tts_vocoder_batch_size_count", model="tiny") > 0
     assert ("tts_queue_depth", (("model", "tiny"), ("queue", "engine_inbox"))) in after
+    http = {"model": "tiny", "endpoint": "http"}
+    assert value(after, "tts_time_to_first_audio_seconds_count", **http) == 2
+    assert value(after, "tts_request_duration_seconds_count", **http) == 2
+    assert value(after, "tts_errors_total", code="unknown_voice", **http) == 1
+    assert value(after, "tts_active_requests", **http) == 0

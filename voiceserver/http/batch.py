@@ -127,7 +127,7 @@ async def speech_batch(request: Request) -> Response:
                 )
             )
     except ApiError as err:
-        return error_response(err, request_id)
+        return error_response(err, request_id, rt.metrics, "batch")
     results = await asyncio.gather(*(_run_item(rt, i, body, item) for i, item in enumerate(items)))
     succeeded = sum(1 for r in results if r["status"] == "success")
     return JSONResponse(

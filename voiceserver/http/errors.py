@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse
 
 from models.base import ModelInputError
 from protocol.errors import ErrorCode
+from voiceserver.metrics import Metrics
 from voiceserver.transport.auth import key_ok, offered_key
 
 _TYPES = {
@@ -77,7 +78,11 @@ def from_engine_failure(code: str, message: str, param: str | None) -> ApiError:
     return ApiError(_STATUS_OF_CODE.get(code, 400), message, param=param, code=code)
 
 
-def error_response(err: ApiError, request_id: str) -> JSONResponse:
+def error_response(
+    err: ApiError, request_id: str, metrics: Metrics | None = None, endpoint: str = "http"
+) -> JSONResponse:
+    if metrics is not None:
+        metrics.error(endpoint, str(err.code or f"http_{err.status}"))
     headers = {"x-request-id": request_id}
     if err.status == 401:
         headers["www-authenticate"] = "Bearer"

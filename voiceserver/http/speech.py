@@ -482,7 +482,7 @@ async def speech(request: Request) -> Response:
         stream = SpeechStream(rt, speech_request)
         await stream.start()
     except ApiError as err:
-        return error_response(err, request_id)
+        return error_response(err, request_id, rt.metrics, "http")
     headers = {"x-request-id": request_id, "cache-control": "no-store"}
     if speech_request.stream_format == "sse":
         headers["x-accel-buffering"] = "no"  # proxies must not hold events back

@@ -71,7 +71,7 @@ async def list_voices(request: Request) -> Response:
     try:
         check_auth(request, rt.server.api_keys)
     except ApiError as err:
-        return error_response(err, request_id)
+        return error_response(err, request_id, rt.metrics, "http")
     caps = rt.model.capabilities
     uploaded = rt.voices.list()
     data = [
@@ -106,7 +106,7 @@ async def create_voice(request: Request) -> Response:
         upload = await read_upload(request, rt.server.limits.max_text_chars)
         stored = await clone_and_store(rt, upload)
     except ApiError as err:
-        return error_response(err, request_id)
+        return error_response(err, request_id, rt.metrics, "http")
     record = stored.record
     return JSONResponse(
         {
@@ -149,7 +149,7 @@ async def delete_voice(request: Request) -> Response:
                 code=ErrorCode.UNKNOWN_VOICE,
             )
     except ApiError as err:
-        return error_response(err, request_id)
+        return error_response(err, request_id, rt.metrics, "http")
     shown = removed.record.name
     return JSONResponse(
         {

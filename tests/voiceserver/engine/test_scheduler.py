@@ -91,3 +91,12 @@ def test_finished_context_is_not_stepped() -> None:
 def test_rejects_nonsense_sizes() -> None:
     with pytest.raises(ValueError):
         ARScheduler(0, 1, 1.0)
+
+
+def test_scheduler_imports_no_torch() -> None:
+    """The scheduler is plain Python: importing it alone pulls in no torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, voiceserver.engine.scheduler; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
