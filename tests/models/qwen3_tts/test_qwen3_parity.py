@@ -336,3 +336,43 @@ def test_bf16_loads_and_speaks(ckpt_dirs: dict[str, Path]) -> None:
     wav = decode_chunked(model, [result.codes], [[1, 3]])[0]
     assert wav.dtype == np.float32 and len(wav) == 1920 * len(result.codes)
     assert next(model.vocoder.decoder.parameters()).dtype == torch.bfloat16  # type: ignore[attr-defined]
+
+
+def test_engine_audio_equals_reference_waveform(run: VariantRun) -> None:
+    """Every case at once through the real EngineCore thread (continuous batching,
+    1-frame first chunks, clone priming): its audio equals the reference's decode
+    of the reference's own codes."""
+    import queue
+
+    from voiceserver.engine.core import EngineConfig, EngineCore
+    from voiceserver.engine.messages import AppendText, AudioChunk, CloseInput, OpenContext
+
+    engine = EngineCore(run.model, EngineConfig(first_chunk_frames=1, max_chunk_frames=8))
+    engine.start()
+    events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    ids: dict[int, Case] = {}
+    try:
+        voice = run.model.capabilities.default_voice
+        for case in run.cases:
+            job = case.job(voice)
+            cid = engine.new_cid()
+            ids[cid] = case
+            engine.submit(OpenContext(cid, job.params, events.put, max_lead_s=1e9))
+            engine.submit(AppendText(cid, job.text))
+            engine.submit(CloseInput(cid))
+        audio: dict[int, list[np.ndarray]] = {cid: [] for cid in ids}
+        pending = set(ids)
+        while pending:
+            event = events.get(timeout=300)
+            assert isinstance(event, AudioChunk), event
+            audio[event.cid].append(event.pcm)
+            if event.final:
+                pending.discard(event.cid)
+    finally:
+        engine.stop()
+    assert engine.stats.active_slots == 0
+    for cid, case in ids.items():
+        ref = run.ref.array(f"{case.id}.wav") if len(run.ours[case.id].codes) else np.zeros(0)
+        got = np.concatenate(audio[cid])
+        assert got.shape == ref.shape, case.id
+        assert np.abs(got - ref).max(initial=0) < 1e-4, case.id
