@@ -42,6 +42,8 @@ class Limits:
 
     outbox_max_bytes: int = 32 << 20
     """Encoded audio a session may have queued for a slow reader."""
+    max_batch_items: int = 32
+    """Items one POST /v1/audio/speech/batch may hold (vllm-omni's default)."""
     slow_reader_timeout_s: float = 10.0
     """A reader whose queue stays full this long is closed with 1008."""
 

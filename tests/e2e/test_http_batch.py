@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.serving import RunningServer
-from voiceserver.http.batch import MAX_BATCH_ITEMS
+from voiceserver.config import Limits
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_a_bad_item_fails_alone(http: httpx.Client) -> None:
         ({}, 400, "items"),
         ({"items": []}, 400, "items"),
         ({"items": "Hello."}, 400, "items"),
-        ({"items": [{"input": "x"}] * (MAX_BATCH_ITEMS + 1)}, 400, "items"),
+        ({"items": [{"input": "x"}] * (Limits().max_batch_items + 1)}, 400, "items"),
         ({"items": [{"input": "x"}, "y"]}, 400, "items[1]"),
         ({"items": [{"input": "x"}], "model": "tts-1"}, 404, "model"),
         ({"items": [{"input": "x"}], "model": 5}, 400, "model"),

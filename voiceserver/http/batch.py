@@ -3,7 +3,7 @@
 Shape (vllm-omni's ``BatchSpeechRequest`` / ``BatchSpeechResponse`` in
 ``vllm_omni/entrypoints/openai/protocol/audio.py`` and ``create_speech_batch``
 in ``serving_speech.py``): the body has ``items`` (at least one; vllm-omni's
-default maximum ``tts_batch_max_items`` is 32, ours is ``MAX_BATCH_ITEMS``),
+default maximum ``tts_batch_max_items`` is 32, ours is ``Limits.max_batch_items``),
 each with its own ``input`` and optional overrides of the speech fields; the
 top-level fields (``model``, ``voice``/``speaker``, ``instructions``,
 ``response_format`` (default wav, as in vllm-omni), ``sample_rate``, ``speed``,
@@ -49,20 +49,19 @@ from voiceserver.http.speech import (
 )
 from voiceserver.runtime import Runtime
 
-MAX_BATCH_ITEMS = 32
 DEFAULT_BATCH_FORMAT = "wav"
 # Fields that make no sense per item of a batch (every item is one whole file).
 _IGNORED_TOP_LEVEL = ("items", "input", "stream", "stream_format")
 
 
-def _items(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _items(body: Mapping[str, Any], max_items: int) -> list[dict[str, Any]]:
     items = body.get("items")
     if not isinstance(items, list):
         raise ApiError(
             400, "items: required, an array of objects", param="items", code=ErrorCode.MISSING_FIELD
         )
-    if not 1 <= len(items) <= MAX_BATCH_ITEMS:
-        raise invalid("items", f"must hold 1 to {MAX_BATCH_ITEMS} items, got {len(items)}")
+    if not 1 <= len(items) <= max_items:
+        raise invalid("items", f"must hold 1 to {max_items} items, got {len(items)}")
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise invalid(f"items[{index}]", "must be an object")
@@ -113,7 +112,7 @@ async def speech_batch(request: Request) -> Response:
     try:
         check_auth(request, rt.server.api_keys)
         body = await read_json_object(request)
-        items = _items(body)
+        items = _items(body, rt.server.limits.max_batch_items)
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise invalid("model", "must be a string")
