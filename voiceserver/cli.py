@@ -34,6 +34,13 @@ def serve(argv: list[str]) -> None:
     parser.add_argument(
         "--option", action="append", default=[], help="override a model option: KEY=VALUE"
     )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="model weights' dtype (same as --option dtype=...; float32 is the CPU default)",
+    )
+    parser.add_argument("--device", default=None, help="model device, e.g. cpu or cuda:0")
     parser.add_argument("--api-key", action="append", default=[], help="accept this bearer key")
     parser.add_argument(
         "--voices-dir",
@@ -59,6 +66,9 @@ def serve(argv: list[str]) -> None:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     overrides = _overrides(args.option)
+    for key in ("dtype", "device"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
     if args.config is None and args.model is not None:
         model_config = config_for_checkpoint(args.model, overrides)
     else:
