@@ -24,10 +24,10 @@ async def test_idle_session_closes_4008(tiny_server: RunningServer) -> None:
 
 async def test_keepalive_keeps_session_open(tiny_server: RunningServer) -> None:
     client = await Client.connect(tiny_server.ws)
-    await client.send(type="session.update", idle_timeout_s=0.6)
+    await client.send(type="session.update", idle_timeout_s=1.5)
     await client.until("session.updated")
-    for _ in range(6):
-        await asyncio.sleep(0.25)
+    for _ in range(8):  # 2.4 s in all: longer than the timeout, kept alive throughout
+        await asyncio.sleep(0.3)
         await client.send(type="keepalive")
     # Still open: a context works.
     await client.send(type="text.append", context_id="k", text="alive")
