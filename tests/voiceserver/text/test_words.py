@@ -1,0 +1,66 @@
+"""WordStreamer: pieces rejoin exactly and tokenize as the whole text does."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from models.base import SynthParams
+from voiceserver.text.words import WordStreamer
+
+TEXTS = [
+    "Hello there, how are you today? I hope the weather is fine.",
+    "Numbers like 3.14 and 1,000 stay whole;  double  spaces too.\nNew line here.",
+    "Ünïcödé wörds and émojis 🙂 are fine, aren't they?",
+]
+
+
+def stream(text: str, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    streamer, pieces, i = WordStreamer(), [], 0
+    while i < len(text):
+        j = min(len(text), i + rng.randint(1, 6))
+        pieces.append(streamer.push(text[i:j]))
+        i = j
+    pieces.append(streamer.flush())
+    return [p for p in pieces if p]
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("text", TEXTS)
+def test_pieces_rejoin_and_split_before_words(text: str, seed: int) -> None:
+    pieces = stream(text, seed)
+    assert "".join(pieces) == text
+    for piece in pieces[:-1]:
+        assert not piece[-1].isspace()  # whitespace waits for the word after it
+    for piece in pieces[1:]:
+        assert piece[0].isspace()  # every later piece starts a new word
+
+
+def test_partial_word_is_held_back() -> None:
+    streamer = WordStreamer()
+    assert streamer.push("Hel") == ""
+    assert streamer.push("lo wor") == "Hello"
+    assert streamer.push("ld ") == " world"
+    assert streamer.flush() == " "
+
+
+@pytest.fixture(scope="module")
+def qwen_frontend(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from models.qwen3_tts.loader import load
+    from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
+
+    root: Path = tmp_path_factory.mktemp("words_ckpt")
+    model = load({}, build_checkpoint(root / "cv", BuildOptions(variant="custom_voice", seed=9)))
+    return model.ar.frontend, SynthParams(voice=model.capabilities.default_voice)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_streamed_pieces_tokenize_like_the_whole_text(qwen_frontend, seed: int) -> None:  # type: ignore[no-untyped-def]
+    frontend, params = qwen_frontend
+    text = TEXTS[0]
+    whole = [t for unit in frontend.encode(text, params) for t in unit]
+    pieces = [t for p in stream(text, seed) for unit in frontend.encode(p, params) for t in unit]
+    assert pieces == whole
