@@ -139,3 +139,34 @@ def test_frontend_error_fails_only_that_context(engine: EngineCore) -> None:
     events = good.until(lambda e: isinstance(e, AudioChunk) and e.final)
     assert sum(len(e.pcm) for e in events) == (9 + 3) * 320
     assert all(np.isfinite(e.pcm).all() for e in events)
+
+
+def test_model_step_failure_fails_its_batch_and_the_engine_goes_on() -> None:
+    """A bug in a model step ends the contexts of that step with internal_error,
+    frees their slots, and the engine keeps serving new contexts."""
+    model = load({"max_contexts": 4})
+    step = model.ar.step
+
+    def faulty(states):  # type: ignore[no-untyped-def]
+        if any(s.voice_index == 1 for s in states):  # the second voice trips the "bug"
+            raise RuntimeError("kernel exploded")
+        return step(states)
+
+    model.ar.step = faulty  # type: ignore[method-assign]
+    core = EngineCore(model, EngineConfig(first_chunk_frames=1, max_chunk_frames=4))
+    core.start()
+    try:
+        bad = Collector()
+        cid = open_context(core, bad, voice="tiny-b")
+        core.submit(AppendText(cid, "boom"))
+        (failure,) = bad.until(lambda e: isinstance(e, ContextFailed))
+        assert failure.code == "internal_error" and "kernel exploded" in failure.message
+        good = Collector()
+        cid = open_context(core, good)
+        core.submit(AppendText(cid, "still fine"))
+        core.submit(CloseInput(cid))
+        events = good.until(lambda e: isinstance(e, AudioChunk) and e.final)
+        assert sum(len(e.pcm) for e in events) == (10 + 3) * 320
+        assert core.stats.active_slots == 0 and core.stats.errors["internal_error"] == 1
+    finally:
+        core.stop()
