@@ -257,7 +257,6 @@ class EngineCore:
                 self._fail(ctx, "internal_error", f"model step failed: {exc}")
             return
         self.stats.steps += 1
-        self.stats.last_ar_batch = len(batch)
         if self._observer is not None:
             self._observer.ar_batch(len(batch))
         now = time.monotonic()
@@ -296,7 +295,6 @@ class EngineCore:
             return True
         if audio:
             self.stats.vocoder_calls += 1
-            self.stats.last_vocoder_batch = len(audio)
             if self._observer is not None:
                 self._observer.vocoder_batch(len(audio))
         posted = False

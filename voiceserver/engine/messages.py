@@ -98,7 +98,4 @@ class EngineStats:
     """Model slots in use."""
     steps: int = 0
     vocoder_calls: int = 0
-    last_ar_batch: int = 0
-    last_vocoder_batch: int = 0
-    inbox_depth: int = 0
     errors: dict[str, int] = field(default_factory=dict)
