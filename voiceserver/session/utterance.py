@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 from models.base import SynthParams
 from voiceserver.engine.messages import (
@@ -63,13 +62,7 @@ class Utterance:
             self._words: WordStreamer | None = WordStreamer()
             self._segmenter: TextSegmenter | None = None
         else:
-            config = rt.model_config.segmenter
-            if split == "none":
-                config = replace(config, mode="manual")
-            elif split == "sentence":
-                config = replace(
-                    config, first_min_chars=config.max_chars, min_clause_chars=config.max_chars
-                )
+            config = rt.model_config.segmenter.with_split(split)  # type: ignore[arg-type]
             self._words, self._segmenter = None, TextSegmenter(config)
         lead = None if live else rt.model_config.engine.offline_max_lead_s
         rt.engine.submit(OpenContext(self.cid, params, self._sink, lead))

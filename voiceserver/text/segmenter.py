@@ -26,7 +26,7 @@ or ``poll``; they stay buffered and join the next segment (``max_chars`` overrid
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 # Abbreviation (lowercase, without its last dot) -> whether it may end a sentence, which it does
@@ -97,6 +97,15 @@ class SegmenterConfig:
             raise ValueError("first_min_chars must be in 1..max_chars")
         if not 0 < self.min_clause_chars <= self.max_chars:
             raise ValueError("min_clause_chars must be in 1..max_chars")
+
+    def with_split(self, split: Literal["auto", "sentence", "none"]) -> "SegmenterConfig":
+        """The same config cut more coarsely: ``sentence`` ignores clause marks,
+        ``none`` waits for flush/end; ``auto`` is this config."""
+        if split == "none":
+            return replace(self, mode="manual")
+        if split == "sentence":
+            return replace(self, first_min_chars=self.max_chars, min_clause_chars=self.max_chars)
+        return self
 
 
 @dataclass(frozen=True)

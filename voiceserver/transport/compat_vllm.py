@@ -174,12 +174,8 @@ def settings_from_config(rt: Runtime, cfg: VllmSessionConfig) -> CompatSettings:
     audio = AudioSpec(cfg.response_format, cfg.stream_audio, _output_rate(model_rate, allowed))
     audio.wire_format.validate()
     base = replace(rt.model_config.segmenter, mode="auto", max_delay_ms=None)
-    if cfg.split_granularity == "none":
-        segmenter = replace(base, mode="manual")
-    elif cfg.split_granularity == "sentence":
-        segmenter = replace(base, first_min_chars=base.max_chars, min_clause_chars=base.max_chars)
-    else:
-        segmenter = base
+    split = {"clause": "auto"}.get(cfg.split_granularity, cfg.split_granularity)
+    segmenter = base.with_split(split)  # type: ignore[arg-type]
     return CompatSettings(params, audio, segmenter)
 
 
