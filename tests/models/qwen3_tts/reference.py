@@ -18,13 +18,9 @@ RUNNER = REPO / "tools" / "ref" / "run_reference.py"
 
 def require_reference() -> None:
     """Parity needs the reference: a missing .venv-ref fails the test (``make test``
-    builds it); VOICESERVER_SKIP_REF=1 opts out explicitly, for quick local runs."""
-    if REF_PYTHON.exists():
-        return
-    message = f"reference env missing: {REF_PYTHON} (create it with tools/ref/make_venv.sh)"
-    if os.environ.get("VOICESERVER_SKIP_REF") == "1":
-        pytest.skip(message)
-    pytest.fail(message)
+    builds it; or run tools/ref/make_venv.sh)."""
+    if not REF_PYTHON.exists():
+        pytest.fail(f"reference env missing: {REF_PYTHON} (create it with tools/ref/make_venv.sh)")
 
 
 class ReferenceRun:
