@@ -24,13 +24,13 @@ extra `sample_rate` picks another one of `SAMPLE_RATES[fmt]`.
 from __future__ import annotations
 
 import io
-from fractions import Fraction
 
 import av
 import numpy as np
 
-from voiceserver.audio.encoders.base import Encoder, FrameBuffer, clip_unit, float_to_s16
-from voiceserver.audio.encoders.ogg_opus import ByteSink, OggOpusEncoder
+from voiceserver.audio.encoders.base import Encoder
+from voiceserver.audio.encoders.muxed import MuxedEncoder
+from voiceserver.audio.encoders.ogg_opus import OggOpusEncoder
 from voiceserver.audio.encoders.pcm import PcmEncoder
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.audio.resample import StreamResampler, as_mono_float32
@@ -85,7 +85,7 @@ class WavStreamEncoder:
         return [header, *payloads]
 
 
-class AvFileEncoder:
+class AvFileEncoder(MuxedEncoder):
     """One FFmpeg encoder + muxer writing a file as a byte stream (mp3, ADTS AAC, FLAC).
 
     Frames of exactly the codec's frame size go in (the last one may be
@@ -103,64 +103,19 @@ class AvFileEncoder:
         muxer, codec, sample_format = self._SPECS[response_format]
         self.sample_rate = sample_rate
         self.content_type = MEDIA_TYPES[response_format]
-        self._sample_format = sample_format
-        self._sink = ByteSink()
+        super().__init__()
         options = {"flush_packets": "1"}
         if muxer == "mp3":
             options["id3v2_version"] = "0"  # no tag: the first bytes are audio frames
-        self._container = av.open(self._sink, "w", format=muxer, options=options)
-        self._stream = self._container.add_stream(codec, rate=sample_rate, layout="mono")
-        self._stream.codec_context.format = sample_format
+        container = av.open(self._sink, "w", format=muxer, options=options)
+        stream = container.add_stream(codec, rate=sample_rate, layout="mono")
+        stream.codec_context.format = sample_format
         if response_format == "mp3":
-            self._stream.bit_rate = _MP3_BITRATE[sample_rate]
+            stream.bit_rate = _MP3_BITRATE[sample_rate]
         elif response_format == "aac":
-            self._stream.bit_rate = _AAC_BITRATE[sample_rate]
-        self._stream.codec_context.open()
-        self._frames = FrameBuffer(self._stream.codec_context.frame_size or 1024)
-        self._time_base = Fraction(1, sample_rate)
-        self._samples_in = 0
-        self._finished = False
-
-    @property
-    def samples_emitted(self) -> int:
-        return self._samples_in
-
-    def encode(self, pcm: np.ndarray) -> list[bytes]:
-        if self._finished:
-            raise RuntimeError("encode() after flush()")
-        for frame in self._frames.push(as_mono_float32(pcm)):
-            self._encode_frame(frame)
-        return self._sink.take()
-
-    def flush(self) -> list[bytes]:
-        if self._finished:
-            raise RuntimeError("flush() called twice")
-        self._finished = True
-        rest = self._frames.take_rest()
-        if len(rest):
-            self._encode_frame(rest)
-        self._container.mux(self._stream.encode(None))
-        self._container.close()
-        return self._sink.take()
-
-    def close(self) -> None:
-        """Drop the stream without finishing it (a cancelled request)."""
-        if not self._finished:
-            self._finished = True
-            self._container.close()
-            self._sink.take()
-
-    def _encode_frame(self, samples: np.ndarray) -> None:
-        if self._sample_format == "s16":
-            data = float_to_s16(samples)[None, :]
-        else:
-            data = np.ascontiguousarray(clip_unit(samples), dtype=np.float32)[None, :]
-        frame = av.AudioFrame.from_ndarray(data, format=self._sample_format, layout="mono")
-        frame.sample_rate = self.sample_rate
-        frame.time_base = self._time_base
-        frame.pts = self._samples_in
-        self._samples_in += len(samples)
-        self._container.mux(self._stream.encode(frame))
+            stream.bit_rate = _AAC_BITRATE[sample_rate]
+        stream.codec_context.open()
+        self._start(container, stream, sample_format, stream.codec_context.frame_size or 1024)
 
 
 def make_file_encoder(response_format: str, sample_rate: int) -> Encoder:
