@@ -2,13 +2,16 @@
 
 Decoding failures raise :class:`~protocol.errors.ProtocolError`:
 
-- ``invalid_json``: the bytes are not JSON, or the JSON is not an object;
+- ``invalid_json``: the bytes are not JSON, the JSON is not an object, or it nests deeper
+  than the parser allows (a recursion limit, about a thousand levels);
 - ``unknown_type``: ``type`` is missing, not a string, or not a known message type;
 - ``missing_field``: a required field is absent (``param`` is its path);
 - ``unsupported_value``: a value outside an enumerated set (the message lists the
   allowed values), or values that do not fit together (Opus sample rates);
 - ``invalid_field``: a wrong type or an out-of-range value (``param`` is its path,
-  e.g. ``output_format.sample_rate`` or ``speaker_embedding[3]``).
+  e.g. ``output_format.sample_rate`` or ``speaker_embedding[3]``), or a string with an
+  unpaired UTF-16 surrogate (``"\\ud800"``) or a control character (see
+  :func:`protocol.validation.check_text`).
 
 The error carries the ``event_id`` and ``context_id`` of the rejected message when
 they could be read, so the answer can point at the request that failed.
@@ -16,6 +19,7 @@ they could be read, so the answer can point at the request that failed.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -24,6 +28,7 @@ import msgspec
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     CLIENT_MESSAGE_TYPES,
+    ID_MAX_LEN,
     SERVER_MESSAGE_TYPES,
     ClientMessage,
     ErrorMessage,
@@ -117,12 +122,65 @@ def decode_tagged(
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
         err = validation_error(str(exc), known_types, allowed)
+    except RecursionError:
+        err = ProtocolError(
+            ErrorCode.INVALID_JSON, "message is not valid JSON: it is nested too deeply"
+        )
     except (msgspec.DecodeError, UnicodeEncodeError) as exc:
-        # UnicodeEncodeError: a str holding lone surrogates is not UTF-8 text.
-        err = ProtocolError(ErrorCode.INVALID_JSON, f"message is not valid JSON: {exc}")
+        # msgspec refuses lone surrogates ("\ud800" escapes, or a str holding one) as
+        # undecodable; say which field holds one rather than "not JSON".
+        err = _surrogate_error(data) or ProtocolError(
+            ErrorCode.INVALID_JSON, f"message is not valid JSON: {exc}"
+        )
     if err.code is not ErrorCode.INVALID_JSON:
         err = _annotate(err, data)
     raise err
+
+
+def _surrogate_error(data: str | bytes) -> ProtocolError | None:
+    """A field error when ``data`` is JSON whose only fault is an unpaired surrogate."""
+    text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    if _SURROGATE.search(text) is None:
+        return None
+    try:
+        # The standard library's parser keeps lone surrogates, so it can show where one is.
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None  # not an object: "not valid JSON" says it
+    found = _find_surrogate(value, "")
+    if found is None:
+        return None
+    err = ProtocolError(
+        ErrorCode.INVALID_FIELD,
+        f"`{found}` contains an unpaired UTF-16 surrogate; send plain Unicode text",
+        param=found,
+    )
+    return _annotate(err, data)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]|\\\\u[dD][89a-fA-F]")
+
+
+def _find_surrogate(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return (path or "$") if _SURROGATE.search(value) else None
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        sub = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+        if isinstance(key, str) and _SURROGATE.search(key):
+            return sub
+        found = _find_surrogate(item, sub)
+        if found is not None:
+            return found
+    return None
 
 
 def validation_error(
@@ -187,11 +245,20 @@ def _literal(shown: str) -> object:
 
 
 def _annotate(err: ProtocolError, data: str | bytes) -> ProtocolError:
+    """Fill in the rejected message's ``event_id``/``context_id`` where they can be read;
+    ids too long to be valid are not echoed (an error must not amplify its input)."""
     try:
         env = _envelope_decoder.decode(data)
-    except (msgspec.DecodeError, UnicodeEncodeError):
-        return err
-    return err.replace(
-        event_id=env.event_id if isinstance(env.event_id, str) else None,
-        context_id=env.context_id if isinstance(env.context_id, str) else None,
-    )
+    except (msgspec.DecodeError, UnicodeEncodeError, RecursionError):
+        try:
+            env = _Envelope(**{k: v for k, v in json.loads(data).items() if k in _ENVELOPE_KEYS})
+        except (ValueError, RecursionError, UnicodeDecodeError, AttributeError, TypeError):
+            return err
+    return err.replace(event_id=_echoable(env.event_id), context_id=_echoable(env.context_id))
+
+
+_ENVELOPE_KEYS = ("type", "event_id", "context_id")
+
+
+def _echoable(value: Any) -> str | None:
+    return value if isinstance(value, str) and len(value) <= ID_MAX_LEN else None

@@ -36,7 +36,10 @@ class ErrorCode(StrEnum):
     MAX_FRAMES_REACHED = "max_frames_reached"  # sent as a warning: audio was cut at the cap
     UNAUTHORIZED = "unauthorized"
     IDLE_TIMEOUT = "idle_timeout"
-    SLOW_READER = "slow_reader"
+    SLOW_READER = "slow_reader"  # the client did not read what it was sent fast enough
+    SERVER_SHUTDOWN = "server_shutdown"  # the server stopped before the context finished
+    ORIGIN_NOT_ALLOWED = "origin_not_allowed"  # a browser page from a foreign origin
+    REQUEST_TIMEOUT = "request_timeout"  # an HTTP request body did not arrive in time
 
 
 class CloseCode(IntEnum):
@@ -59,6 +62,7 @@ _CLOSE_CODE_FOR_ERROR: dict[ErrorCode, CloseCode] = {
     ErrorCode.UNAUTHORIZED: CloseCode.UNAUTHORIZED,
     ErrorCode.IDLE_TIMEOUT: CloseCode.IDLE_TIMEOUT,
     ErrorCode.SESSION_CLOSING: CloseCode.NORMAL,
+    ErrorCode.SERVER_SHUTDOWN: CloseCode.SERVICE_RESTART,
 }
 
 

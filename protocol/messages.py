@@ -51,13 +51,27 @@ SPEED_MIN = 0.25
 SPEED_MAX = 4.0
 CONTEXT_ID_MAX_LEN = 128
 CONTEXT_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+ID_MAX_LEN = 256
+"""Longest ``event_id`` / ``flush_id`` (they are echoed back)."""
+NAME_MAX_LEN = 256
+"""Longest ``model``, ``voice`` or ``language`` name."""
+INSTRUCTIONS_MAX_LEN = 10_000
+"""Longest ``instructions`` or ``ref_text``."""
+SPEAKER_EMBEDDING_MAX_LEN = 8192
+MAX_DELAY_MS_MAX = 600_000
+IDLE_TIMEOUT_MIN_S = 0.1
 
 ContextId = Annotated[
     str, Meta(min_length=1, max_length=CONTEXT_ID_MAX_LEN, pattern=CONTEXT_ID_PATTERN)
 ]
 Speed = Annotated[float, Meta(ge=SPEED_MIN, le=SPEED_MAX)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
-PositiveSeconds = Annotated[float, Meta(gt=0)]
+IdleSeconds = Annotated[float, Meta(ge=IDLE_TIMEOUT_MIN_S)]
+EventId = Annotated[str, Meta(max_length=ID_MAX_LEN)]
+Name = Annotated[str, Meta(max_length=NAME_MAX_LEN)]
+LongText = Annotated[str, Meta(max_length=INSTRUCTIONS_MAX_LEN)]
+Embedding = Annotated[list[float], Meta(max_length=SPEAKER_EMBEDDING_MAX_LEN)]
+DelayMs = Annotated[int, Meta(ge=0, le=MAX_DELAY_MS_MAX)]
 Bitrate = Annotated[int, Meta(ge=6000, le=510000)]
 # Sampling knobs of generative models (extension: optional, ignored by models
 # that do not sample; see docs/protocol-extensions.md).
@@ -85,7 +99,9 @@ class BufferConfig(msgspec.Struct, kw_only=True, frozen=True):
     """How a context buffers text before synthesis (``auto``: the server segments)."""
 
     mode: BufferMode = "auto"
-    max_delay_ms: NonNegativeInt | None = None
+    max_delay_ms: DelayMs | None = None
+    """auto mode: cut a stalled stream at a word boundary after this long; 0 cuts
+    at every word boundary as soon as it arrives."""
 
 
 class Limits(msgspec.Struct, kw_only=True, frozen=True):
@@ -166,19 +182,19 @@ class Usage(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
 class _ClientMessage(
     msgspec.Struct, tag_field="type", kw_only=True, frozen=True, omit_defaults=True
 ):
-    event_id: str | None = None
+    event_id: EventId | None = None
 
 
 class SessionUpdate(_ClientMessage, tag="session.update"):
-    model: str | None = None
-    voice: str | None = None
-    language: str | None = None
+    model: Name | None = None
+    voice: Name | None = None
+    language: Name | None = None
     speed: Speed | None = None
-    instructions: str | None = None
+    instructions: LongText | None = None
     output_format: OutputFormat | None = None
     audio_transport: AudioTransport | None = None
     timestamps: TimestampMode | None = None
-    idle_timeout_s: PositiveSeconds | None = None
+    idle_timeout_s: IdleSeconds | None = None
     temperature: Temperature | None = None
     top_k: NonNegativeInt | None = None
     top_p: TopP | None = None
@@ -189,14 +205,14 @@ class SessionUpdate(_ClientMessage, tag="session.update"):
 
 class ContextCreate(_ClientMessage, tag="context.create"):
     context_id: ContextId
-    voice: str | None = None
-    language: str | None = None
+    voice: Name | None = None
+    language: Name | None = None
     speed: Speed | None = None
-    instructions: str | None = None
+    instructions: LongText | None = None
     output_format: OutputFormat | None = None
     ref_audio: str | None = None
-    ref_text: str | None = None
-    speaker_embedding: list[float] | None = None
+    ref_text: LongText | None = None
+    speaker_embedding: Embedding | None = None
     buffer: BufferConfig | None = None
     temperature: Temperature | None = None
     top_k: NonNegativeInt | None = None
@@ -214,7 +230,7 @@ class TextAppend(_ClientMessage, tag="text.append"):
 
 class ContextFlush(_ClientMessage, tag="context.flush"):
     context_id: ContextId
-    flush_id: str | None = None
+    flush_id: EventId | None = None
 
 
 class ContextEnd(_ClientMessage, tag="context.end"):

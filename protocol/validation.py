@@ -8,6 +8,8 @@ values by field name so error messages can name them.
 
 from __future__ import annotations
 
+import re
+
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     AUDIO_TRANSPORTS,
@@ -22,7 +24,12 @@ from protocol.messages import (
     ContextCreate,
     OutputFormat,
     SessionUpdate,
+    TextAppend,
 )
+
+# C0 controls other than tab, newline and carriage return, DEL, and UTF-16 surrogates
+# (a str holding one is not Unicode text: no tokenizer or phonemizer can take it).
+_BAD_TEXT_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 # Keyed by the last component of a field path ("output_format.encoding" -> "encoding").
 ALLOWED_VALUES: dict[str, tuple[object, ...]] = {
@@ -76,6 +83,7 @@ def check_output_format(fmt: OutputFormat, param: str = "output_format") -> None
 
 def check_client_message(msg: ClientMessage) -> None:
     """Cross-field checks of a decoded client message; raises ProtocolError."""
+    _check_texts(msg)
     if isinstance(msg, SessionUpdate | ContextCreate) and msg.output_format is not None:
         check_output_format(msg.output_format)
     if (
@@ -88,3 +96,30 @@ def check_client_message(msg: ClientMessage) -> None:
             "`speaker_embedding` and `ref_audio` are mutually exclusive; send one of them",
             param="speaker_embedding",
         )
+
+
+def check_text(value: str, param: str) -> None:
+    """Raise ProtocolError(invalid_field) when ``value`` holds a character no model can
+    speak or tokenize: a control character other than tab/newline/carriage return, or an
+    unpaired UTF-16 surrogate. The error names the field, the character and its index."""
+    bad = _BAD_TEXT_CHAR.search(value)
+    if bad is None:
+        return
+    ch = bad.group()
+    what = "an unpaired UTF-16 surrogate" if "\ud800" <= ch <= "\udfff" else "a control character"
+    raise ProtocolError(
+        ErrorCode.INVALID_FIELD,
+        f"`{param}` contains {what} (U+{ord(ch):04X}) at index {bad.start()}; send plain "
+        "Unicode text (tab, newline and carriage return are the only control characters allowed)",
+        param=param,
+    )
+
+
+def _check_texts(msg: ClientMessage) -> None:
+    if isinstance(msg, TextAppend):
+        check_text(msg.text, "text")
+    if isinstance(msg, SessionUpdate | ContextCreate):
+        for name in ("instructions", "ref_text"):
+            value = getattr(msg, name, None)
+            if value is not None:
+                check_text(value, name)

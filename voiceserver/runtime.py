@@ -11,6 +11,7 @@ from models.base import LoadedModel
 from models.registry import resolve
 from voiceserver.config import ModelConfig, ServerConfig
 from voiceserver.engine.core import EngineCore
+from voiceserver.lifecycle import Lifecycle
 from voiceserver.metrics import Metrics
 from voiceserver.voices import VoiceStore
 
@@ -26,6 +27,7 @@ class Runtime:
     encode_pool: ThreadPoolExecutor
     metrics: Metrics
     voices: VoiceStore
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     started_at: float = field(default_factory=time.time)
     sessions_open: int = 0
 

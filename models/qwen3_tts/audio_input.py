@@ -4,45 +4,21 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 from typing import Any
 
-import av
 import numpy as np
 import soxr
 
+from models.audio_decode import decode_audio
 from models.base import ModelInputError
 
 URL_SCHEMES = ("http://", "https://", "ftp://", "file://", "s3://")
+MAX_AUDIO_BYTES = 16 << 20
+"""Largest encoded reference accepted: the server's HTTP body cap (16 MiB)."""
 
 
 def _bad(message: str) -> ModelInputError:
     return ModelInputError(f"ref_audio: {message}", param="ref_audio", code="invalid_field")
-
-
-def _decode_bytes(data: bytes) -> tuple[np.ndarray, int]:
-    chunks: list[np.ndarray] = []
-    try:
-        with av.open(io.BytesIO(data)) as container:
-            if not container.streams.audio:
-                raise _bad("no audio stream in the data")
-            stream = container.streams.audio[0]
-            rate = int(stream.rate or 0)
-            # Planar float at the native rate and layout; channels are averaged below,
-            # as the reference does, rather than by ffmpeg's downmix matrix.
-            converter = av.AudioResampler(format="fltp", layout=stream.layout, rate=rate)
-            for frame in container.decode(stream):
-                for out in converter.resample(frame):
-                    chunks.append(out.to_ndarray().mean(axis=0))
-            for out in converter.resample(None):
-                chunks.append(out.to_ndarray().mean(axis=0))
-    except ModelInputError:
-        raise
-    except (av.FFmpegError, ValueError, OSError) as exc:
-        raise _bad(f"not decodable audio ({exc.__class__.__name__})") from exc
-    if not chunks or rate <= 0:
-        raise _bad("no audio samples in the data")
-    return np.concatenate(chunks).astype(np.float32), rate
 
 
 def load_reference_audio(
@@ -63,7 +39,7 @@ def load_reference_audio(
         except (binascii.Error, ValueError) as exc:
             raise _bad("a string must be base64-encoded audio") from exc
     if isinstance(value, bytes | bytearray | memoryview):
-        wav, rate = _decode_bytes(bytes(value))
+        wav, rate = decode_audio(bytes(value), max_seconds=max_s, max_bytes=MAX_AUDIO_BYTES)
     elif isinstance(value, np.ndarray | list | tuple):
         wav = np.asarray(value, dtype=np.float32)
         if wav.ndim == 2:

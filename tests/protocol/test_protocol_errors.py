@@ -29,6 +29,9 @@ def test_error_code_values_are_stable():
         "idle_timeout",
         "slow_reader",
         "invalid_frame",
+        "server_shutdown",
+        "origin_not_allowed",
+        "request_timeout",
     }
     assert {c.value for c in ErrorCode} == required
     for code in ErrorCode:
@@ -49,6 +52,7 @@ def test_close_code_for_fatal_errors():
     assert close_code_for(ErrorCode.INTERNAL_ERROR) is CloseCode.INTERNAL_ERROR
     assert close_code_for(ErrorCode.OVERLOADED) is CloseCode.TRY_AGAIN_LATER
     assert close_code_for(ErrorCode.SLOW_READER) is CloseCode.POLICY_VIOLATION
+    assert close_code_for(ErrorCode.SERVER_SHUTDOWN) is CloseCode.SERVICE_RESTART
 
 
 def test_protocol_error_carries_fields_and_replaces():

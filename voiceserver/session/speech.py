@@ -4,20 +4,26 @@ The transport feeds it client frames; it turns protocol events into engine
 inbox messages, and engine events into encoded frames in its outbox, which a
 single writer task sends in order. Resampling and encoding run in a thread
 pool, never on the event loop.
+
+A client that does not read is dropped, never waited for: every queued byte
+(audio and JSON) counts toward ``Limits.outbox_max_bytes``, and every send must
+complete within ``Limits.slow_reader_timeout_s``. Either failing frees the
+session's contexts at once, tries to say ``slow_reader`` with a close 1008 for a
+moment, then aborts the connection (its unsent buffers are discarded).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from itertools import count
-from typing import Any
+from typing import Any, Protocol
 
 from models.base import ModelInputError, SynthParams
-from protocol.errors import CloseCode, ErrorCode, ProtocolError
+from protocol.errors import CloseCode, ErrorCode, ProtocolError, close_code_for
 from protocol.events import (
     CancelRequested,
     CloseRequested,
@@ -65,9 +71,26 @@ EXTRA_FIELDS = (
     "max_new_tokens",
 )
 
-SendText = Callable[[str], Awaitable[None]]
-SendBytes = Callable[[bytes], Awaitable[None]]
-Close = Callable[[int, str], Awaitable[None]]
+FAREWELL_S = 1.0
+"""How long a dropped client gets to receive its last error and close frame."""
+
+
+class PeerGone(Exception):
+    """The connection went away while the session was sending (an ordinary departure)."""
+
+
+class Peer(Protocol):
+    """The connection a session speaks through (the transport adapts a WebSocket).
+    Sends raise PeerGone once the connection is gone."""
+
+    async def send_text(self, data: str) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def close(self, code: int, reason: str) -> None: ...
+
+    def abort(self) -> None:
+        """Drop the connection now, discarding whatever it has not sent."""
 
 
 class _Cancelled:
@@ -81,40 +104,47 @@ class _CloseSocket:
 
 
 class SpeechSession:
-    def __init__(
-        self,
-        runtime: Runtime,
-        proto: ServerSession,
-        send_text: SendText,
-        send_bytes: SendBytes,
-        close: Close,
-    ) -> None:
+    def __init__(self, runtime: Runtime, proto: ServerSession, peer: Peer) -> None:
         self.rt = runtime
         self.proto = proto
-        self._send_text = send_text
-        self._send_bytes = send_bytes
-        self._close = close
+        self._peer = peer
         self._loop = asyncio.get_running_loop()
-        self._outbox = Outbox(runtime.server.limits.outbox_max_bytes)
+        limits = runtime.server.limits
+        self._outbox = Outbox(limits.outbox_max_bytes)
+        self._send_timeout = limits.slow_reader_timeout_s
         self._contexts: dict[str, LiveContext] = {}
         self._by_cid: dict[int, LiveContext] = {}
         self._flush_ids = count(1)
-        self._over_since: float | None = None
         self.last_activity = time.monotonic()
         self.closed = False
+        self.dropped = False
+        """The client was dropped (slow reader, shutdown): ignore its further input."""
+        self.draining = False
+        self._writer: asyncio.Task[None] | None = None
+        self._farewell: asyncio.Task[None] | None = None
 
     # -- input (event loop) -------------------------------------------------
 
     def on_text(self, data: str) -> None:
         self.last_activity = time.monotonic()
-        self._handle(self.proto.receive_text(data))
+        if not self.dropped:
+            self._handle(self.proto.receive_text(data))
 
     def on_bytes(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
-        self._handle(self.proto.receive_bytes(data))
+        if not self.dropped:
+            self._handle(self.proto.receive_bytes(data))
+
+    def _put_text(
+        self, message: str, ctx: LiveContext | None = None, *, opens: bool = False
+    ) -> None:
+        self._outbox.put(message, len(message), ctx, opens=opens)
+        self._check_budget()
 
     def _handle(self, events: list[Event]) -> None:
         for event in events:
+            if self.dropped:
+                return
             try:
                 self._dispatch(event)
             except ProtocolError as err:
@@ -137,7 +167,7 @@ class SpeechSession:
             case CancelRequested():
                 self._cancel(event.context_id)
             case SettingsUpdated():
-                self._outbox.put(self.proto.updated_message(event.event_id))
+                self._put_text(self.proto.updated_message(event.event_id))
                 model = event.settings.model
                 if model is not None and model not in self.rt.model_names:
                     self._error(
@@ -157,17 +187,21 @@ class SpeechSession:
 
     def _error(self, err: ProtocolError) -> None:
         self.rt.metrics.error("ws", str(err.code))
-        self._outbox.put(self.proto.error_message(err))
+        self._put_text(self.proto.error_message(err))
         if err.fatal:
-            code = (
-                CloseCode.MESSAGE_TOO_BIG
-                if err.code == ErrorCode.MESSAGE_TOO_BIG
-                else CloseCode.POLICY_VIOLATION
-            )
-            self._outbox.put(_CloseSocket(int(code), err.message[:120]))
+            self._outbox.put(_CloseSocket(int(close_code_for(err.code)), err.message[:120]), 0)
 
     def _open(self, event: ContextOpened) -> None:
         settings = event.settings
+        if self.draining or self.rt.lifecycle.draining:
+            self._reject(
+                event,
+                ProtocolError(
+                    ErrorCode.SERVER_SHUTDOWN,
+                    "the server is shutting down and takes no new contexts; reconnect later",
+                ),
+            )
+            return
         try:
             params = self._params(settings)
             fmt = AudioFormat(**_format_fields(settings)).normalized()
@@ -185,31 +219,33 @@ class SpeechSession:
         if caps.streaming_text:
             words = WordStreamer()
         else:
-            seg_config = self.rt.model_config.segmenter
             buffer = settings.buffer
-            segmenter = TextSegmenter(
-                _replace_config(seg_config, mode=buffer.mode, max_delay_ms=buffer.max_delay_ms)
-            )
+            seg_config = replace(self.rt.model_config.segmenter, mode=buffer.mode)
+            if buffer.max_delay_ms is not None:
+                seg_config = replace(seg_config, max_delay_ms=buffer.max_delay_ms)
+            segmenter = TextSegmenter(seg_config)
         cid = self.rt.engine.new_cid()
         tracker = self.rt.metrics.track("ws")
         ctx = LiveContext(event.context_id, cid, settings, stage, segmenter, words, tracker)
         self._contexts[ctx.context_id] = ctx
         self._by_cid[cid] = ctx
         self.rt.engine.submit(OpenContext(cid, params, self._sink))
-        self._outbox.put(self.proto.context_created(ctx.context_id))
+        self._put_text(self.proto.context_created(ctx.context_id), ctx, opens=True)
         if settings.timestamps == "word":
-            self._outbox.put(
+            self._put_text(
                 self.proto.warning_message(
                     ErrorCode.UNSUPPORTED_VALUE,
                     "word timestamps are not available for this model; none will be sent",
                     ctx.context_id,
-                )
+                ),
+                ctx,
             )
 
     def _reject(self, event: ContextOpened, err: ProtocolError) -> None:
         err = err.replace(context_id=event.context_id, event_id=event.event_id)
+        self.rt.metrics.error("ws", str(err.code))
         self.proto.abort_context(event.context_id)
-        self._outbox.put(self.proto.error_message(err))
+        self._put_text(self.proto.error_message(err))
 
     def _params(self, settings: ContextSettings) -> SynthParams:
         extra = {
@@ -262,28 +298,31 @@ class SpeechSession:
         self._submit_segments(ctx, ctx.segmenter.poll(time.monotonic()))
         self._arm_timer(ctx)
 
-    def _take_buffered(self, ctx: LiveContext) -> str:
+    def _take_buffered(self, ctx: LiveContext) -> list[str]:
+        """Everything the context still buffers, as pieces of bounded size."""
         ctx.cancel_timer()
         if ctx.words is not None:
-            return ctx.words.flush()
+            text = ctx.words.flush()
+            return [text] if text else []
         assert ctx.segmenter is not None
-        segment = ctx.segmenter.flush()
-        return segment.text if segment is not None else ""
+        return [segment.text for segment in ctx.segmenter.flush()]
 
     def _flush(self, ctx: LiveContext, flush_id: str | None) -> None:
         if ctx.gone:
             return
         engine_flush = next(self._flush_ids)
         ctx.flush_names[engine_flush] = flush_id
-        self.rt.engine.submit(AppendText(ctx.cid, self._take_buffered(ctx), engine_flush))
+        *pieces, last = self._take_buffered(ctx) or [""]
+        for piece in pieces:
+            self.rt.engine.submit(AppendText(ctx.cid, piece))
+        self.rt.engine.submit(AppendText(ctx.cid, last, engine_flush))
 
     def _end(self, ctx: LiveContext) -> None:
         if ctx.gone or ctx.ended:
             return
         ctx.ended = True
-        text = self._take_buffered(ctx)
-        if text:
-            self.rt.engine.submit(AppendText(ctx.cid, text))
+        for piece in self._take_buffered(ctx):
+            self.rt.engine.submit(AppendText(ctx.cid, piece))
         self.rt.engine.submit(CloseInput(ctx.cid))
 
     def _cancel(self, context_id: str) -> None:
@@ -292,8 +331,8 @@ class SpeechSession:
             return
         self._drop(ctx)
         ctx.tracker.cancelled()
-        self._outbox.purge(lambda item: isinstance(item, tuple) and item[0] is ctx)
-        self._outbox.put_front(_Cancelled(ctx))
+        self._outbox.purge(ctx)
+        self._outbox.put_front(_Cancelled(ctx), 0, ctx)
 
     def _drop(self, ctx: LiveContext) -> None:
         """Forget a context on our side and free its engine slot."""
@@ -319,64 +358,93 @@ class SpeechSession:
         if ctx is None or ctx.gone or self.closed:
             return
         if isinstance(event, AudioChunk):
-            self._outbox.put((ctx, event), event.pcm.nbytes)
-            self._check_slow_reader()
+            self._outbox.put((ctx, event), event.pcm.nbytes, ctx)
+            self._check_budget()
         elif isinstance(event, ContextFailed):
             err = ProtocolError(
                 _code(event.code), event.message, param=event.param, context_id=ctx.context_id
             )
             self._drop(ctx)
             ctx.tracker.failed(event.code)
-            self._outbox.put(self.proto.error_message(err))
-            self._outbox.put(_Cancelled(ctx))
+            self._put_text(self.proto.error_message(err), ctx)
+            self._outbox.put(_Cancelled(ctx), 0, ctx)
 
-    def _check_slow_reader(self) -> None:
-        now = time.monotonic()
-        if not self._outbox.over_limit:
-            self._over_since = None
-        elif self._over_since is None:
-            self._over_since = now
-        elif now - self._over_since > self.rt.server.limits.slow_reader_timeout_s:
-            self._outbox.put_front(
-                _CloseSocket(
-                    int(CloseCode.POLICY_VIOLATION),
-                    "slow_reader: client is not reading audio fast enough",
-                )
+    def _check_budget(self) -> None:
+        if self._outbox.over_limit:
+            self.drop_client(
+                CloseCode.POLICY_VIOLATION,
+                ErrorCode.SLOW_READER,
+                f"slow_reader: over {self._outbox.max_bytes} bytes queued for this client;"
+                " read audio as it arrives",
             )
 
     # -- output (writer task) ----------------------------------------------
 
-    async def writer(self) -> None:
-        while True:
-            item = await self._outbox.get()
-            if item is None:
-                return
-            if isinstance(item, str):
-                await self._send_text(item)
-            elif isinstance(item, tuple):
+    def start_writer(self) -> asyncio.Task[None]:
+        self._writer = asyncio.create_task(self._write_loop())
+        return self._writer
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                item = await self._outbox.get()
+                if item is None:
+                    return
+                # A send that cannot complete means the client stopped reading.
+                async with asyncio.timeout(self._send_timeout):
+                    done = await self._write(item)
+                if done:
+                    return
+        except TimeoutError:
+            self.drop_client(
+                CloseCode.POLICY_VIOLATION,
+                ErrorCode.SLOW_READER,
+                f"slow_reader: the connection did not take data for {self._send_timeout:g} s",
+            )
+        except PeerGone:
+            pass  # the receive loop sees the disconnect and tears the session down
+
+    async def _write(self, item: object) -> bool:
+        """Send one outbox item; True when the session is closed by it."""
+        if isinstance(item, str):
+            await self._send_text(item)
+        elif isinstance(item, tuple):
+            await self._send_audio(*item)
+        elif isinstance(item, _Cancelled):
+            if self.proto.context_state(item.ctx.context_id) is not None:
                 try:
-                    await self._send_audio(*item)
-                except (ProtocolError, OSError, RuntimeError, ValueError) as exc:
-                    # One context's failure must not stop the session's writer.
-                    self._fail_context(item[0], exc)
-            elif isinstance(item, _Cancelled):
-                audio_ms = item.ctx.stage.audio_ms
-                if self.proto.context_state(item.ctx.context_id) is not None:
-                    try:
-                        await self._send_text(
-                            self.proto.context_cancelled(item.ctx.context_id, audio_ms)
-                        )
-                    except ProtocolError:
-                        pass  # already finished on its own
-                self._maybe_finish_close()
-            elif isinstance(item, _CloseSocket):
-                await self._close(item.code, item.reason)
-                return
+                    message = self.proto.context_cancelled(
+                        item.ctx.context_id, item.ctx.stage.audio_ms
+                    )
+                except ProtocolError:
+                    message = None  # already finished on its own
+                if message is not None:
+                    await self._send_text(message)
+            self._maybe_finish_close()
+        elif isinstance(item, _CloseSocket):
+            await self._peer_close(item.code, item.reason)
+            return True
+        return False
+
+    async def _send_text(self, data: str) -> None:
+        await self._peer.send_text(data)
+
+    async def _send_bytes(self, data: bytes) -> None:
+        await self._peer.send_bytes(data)
+
+    async def _peer_close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(PeerGone):
+            await self._peer.close(code, reason)
 
     async def _send_audio(self, ctx: LiveContext, chunk: AudioChunk) -> None:
         if ctx.gone:
             return
-        payloads = await self._loop.run_in_executor(self.rt.encode_pool, _encode, ctx, chunk)
+        try:
+            payloads = await self._loop.run_in_executor(self.rt.encode_pool, _encode, ctx, chunk)
+        except (ValueError, RuntimeError, OSError) as exc:
+            # One context's encoder failing must not stop the session's writer.
+            self._fail_context(ctx, exc)
+            return
         ctx.frames_in += len(chunk.pcm)
         if chunk.final and not payloads:
             payloads = [b""]  # the context-end flag always reaches the client
@@ -432,21 +500,78 @@ class SpeechSession:
         err = ProtocolError(
             ErrorCode.INTERNAL_ERROR, f"audio output failed: {exc}", context_id=ctx.context_id
         )
-        self._outbox.put_front(_Cancelled(ctx))
-        self._outbox.put_front(self.proto.error_message(err))
+        self._outbox.purge(ctx)
+        message = self.proto.error_message(err)
+        self._outbox.put_front(_Cancelled(ctx), 0, ctx)
+        self._outbox.put_front(message, len(message), ctx)
 
     def _maybe_finish_close(self) -> None:
         if self.proto.drained:
-            self._outbox.put(_CloseSocket(int(CloseCode.NORMAL), "session closed"))
+            self._outbox.put(_CloseSocket(int(CloseCode.NORMAL), "session closed"), 0)
+        elif self.draining and not self._contexts:
+            self._outbox.put(
+                _CloseSocket(int(CloseCode.SERVICE_RESTART), "server shutting down"), 0
+            )
 
     # -- teardown -----------------------------------------------------------
+
+    def drop_client(self, close_code: int, code: ErrorCode, message: str) -> None:
+        """End the session from the server's side now: free every context, say why
+        (if the client still reads within ``FAREWELL_S``), close, then abort."""
+        if self.dropped or self.closed:
+            return
+        self.dropped = True
+        log.info("dropping a WebSocket client: %s", message)
+        self.rt.metrics.error("ws", str(code))
+        errors = [
+            self.proto.error_message(
+                ProtocolError(code, message, context_id=ctx.context_id, fatal=True)
+            )
+            for ctx in self._contexts.values()
+        ] or [self.proto.error_message(ProtocolError(code, message, fatal=True))]
+        self._cancel_all()
+        self._outbox.close()
+        if self._writer is not None:
+            self._writer.cancel()
+        self._farewell = asyncio.create_task(self._say_farewell(errors, close_code, message))
+
+    async def _say_farewell(self, errors: list[str], close_code: int, reason: str) -> None:
+        try:
+            async with asyncio.timeout(FAREWELL_S):
+                for text in errors:
+                    await self._peer.send_text(text)
+                await self._peer.close(close_code, reason[:120])
+        except (TimeoutError, PeerGone):
+            pass
+        finally:
+            self._peer.abort()
+
+    def begin_drain(self) -> None:
+        """The server is stopping: take no new contexts; close (1012) once idle."""
+        self.draining = True
+        self._maybe_finish_close()
+
+    def cut(self) -> None:
+        """The shutdown deadline passed: every unfinished context gets ``server_shutdown``."""
+        self.drop_client(
+            CloseCode.SERVICE_RESTART,
+            ErrorCode.SERVER_SHUTDOWN,
+            "the server shut down before this context finished",
+        )
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._contexts) and not self.dropped and not self.closed
+
+    def _cancel_all(self) -> None:
+        for ctx in list(self._contexts.values()):
+            self._drop(ctx)
+            ctx.tracker.cancelled()
 
     def shutdown(self) -> None:
         """The socket is gone: cancel every context at once and free its slot."""
         self.closed = True
-        for ctx in list(self._contexts.values()):
-            self._drop(ctx)
-            ctx.tracker.cancelled()
+        self._cancel_all()
         self._outbox.close()
 
     @property
@@ -482,10 +607,6 @@ def _format_fields(settings: ContextSettings) -> dict[str, Any]:
         "bitrate": fmt.bitrate,
         "frame_ms": fmt.frame_ms,
     }
-
-
-def _replace_config(config: Any, **changes: Any) -> Any:
-    return replace(config, **{k: v for k, v in changes.items() if v is not None})
 
 
 def _code(code: str) -> ErrorCode:

@@ -87,24 +87,28 @@ class Utterance:
 
     def flush(self, flush_id: int | None = None) -> None:
         rest = self._take_rest()
-        if rest or flush_id is not None:
-            self.rt.engine.submit(AppendText(self.cid, rest, flush_id))
+        if flush_id is not None:
+            *rest, last = rest or [""]
+        for piece in rest:
+            self.rt.engine.submit(AppendText(self.cid, piece))
+        if flush_id is not None:
+            self.rt.engine.submit(AppendText(self.cid, last, flush_id))
 
     def end(self) -> None:
         if self._ended:
             return
         self._ended = True
-        rest = self._take_rest()
-        if rest:
-            self.rt.engine.submit(AppendText(self.cid, rest))
+        for piece in self._take_rest():
+            self.rt.engine.submit(AppendText(self.cid, piece))
         self.rt.engine.submit(CloseInput(self.cid))
 
-    def _take_rest(self) -> str:
+    def _take_rest(self) -> list[str]:
+        """What is still buffered, in pieces of bounded size."""
         if self._words is not None:
-            return self._words.flush()
+            text = self._words.flush()
+            return [text] if text else []
         assert self._segmenter is not None
-        segment = self._segmenter.flush()
-        return segment.text if segment else ""
+        return [segment.text for segment in self._segmenter.flush()]
 
     def cancel(self) -> None:
         if not self._finished:

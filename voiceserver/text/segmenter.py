@@ -22,6 +22,12 @@ Sentence-end rules (auto mode), for a run of ``. ! ? …`` plus optional closing
 CJK full stops ``。！？`` end a sentence without needing whitespace after them, and the full-width
 clause marks ``，；：`` likewise. Segments without a letter or digit are not emitted by ``push``
 or ``poll``; they stay buffered and join the next segment (``max_chars`` overrides this).
+
+No segment is longer than ``max_chars``, whatever the mode: ``flush`` and ``poll`` cut a long
+buffer at its last sentence end, else clause mark, else whitespace within the cap (a hard cut
+only when there is none), so one segment is a bounded amount of work for a model. Pushing is
+linear in the text pushed, so a client that streams a long text one character at a time
+costs no more than one that sends it whole.
 """
 
 import re
@@ -68,6 +74,15 @@ _CJK_CLAUSE_MARKS = "，；："
 _CLOSERS = "\"'”’)]}»›」』】〉》）"
 _OPENERS = "\"'“‘([{«‹「『【〈《（"
 _DOTTED_INITIALS = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
+# Boundaries for cutting an over-long buffer (flush/poll): a mark (plus closers) followed by
+# whitespace, or a CJK mark, which needs none.
+_CLOSERS_RE = "[" + re.escape(_CLOSERS) + "]*"
+_SENTENCE_BOUNDARY = re.compile(
+    f"[{re.escape(_WESTERN_ENDS)}]+{_CLOSERS_RE}(?=\\s)|[{re.escape(_CJK_ENDS)}]+{_CLOSERS_RE}"
+)
+_CLAUSE_BOUNDARY = re.compile(
+    f"[{re.escape(_CLAUSE_MARKS)}]{_CLOSERS_RE}(?=\\s)|[{re.escape(_CJK_CLAUSE_MARKS)}]{_CLOSERS_RE}"
+)
 # How far past a mark a decision may look: a longer run of closers or spaces decides by default.
 _LOOKAHEAD = 32
 
@@ -80,7 +95,8 @@ class SegmenterConfig:
     """auto: cut at boundaries as text streams in; manual: only ``flush()`` emits."""
     max_delay_ms: int | None = None
     """auto: once the oldest buffered text has waited this long, ``poll`` cuts at the last word
-    boundary (everything when there is no space); None disables the timer."""
+    boundary (everything when there is no space); 0 cuts as soon as a word is complete; None
+    disables the timer."""
     first_min_chars: int = 12
     """The first segment of a context may end at a clause mark once it has this many chars."""
     min_clause_chars: int = 40
@@ -91,8 +107,8 @@ class SegmenterConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "manual"):
             raise ValueError(f"mode must be 'auto' or 'manual', not {self.mode!r}")
-        if self.max_delay_ms is not None and self.max_delay_ms <= 0:
-            raise ValueError("max_delay_ms must be positive")
+        if self.max_delay_ms is not None and self.max_delay_ms < 0:
+            raise ValueError("max_delay_ms must be >= 0")
         if not 0 < self.first_min_chars <= self.max_chars:
             raise ValueError("first_min_chars must be in 1..max_chars")
         if not 0 < self.min_clause_chars <= self.max_chars:
@@ -195,30 +211,46 @@ class TextSegmenter:
         self._offset = 0  # offset of _buf in the context's whole text
         self._first = True  # no segment emitted yet
         self._arrivals: list[tuple[int, float]] = []  # (end offset of a pushed piece, its time)
+        self._scanned = 0  # buffer index up to which _next_cut found no cut (decisions are final)
+        self._held: list[str] = []  # manual mode: pushed pieces not yet joined into _buf
 
     @property
     def buffered(self) -> str:
         """Text waiting to be emitted (leading whitespace already dropped)."""
+        self._join_held()
         return self._buf
 
     def push(self, text: str, now: float) -> list[Segment]:
         """Append streamed text; return the segments it completes (never any in manual mode)."""
         if not text:
             return []
+        if self._config.mode == "manual":
+            # Nothing is cut before flush() and no timer runs: keep the pieces, join them once.
+            self._held.append(text)
+            return []
         self._buf += text
-        self._arrivals.append((self._offset + len(self._buf), now))
+        if self._config.max_delay_ms is not None:
+            self._arrivals.append((self._offset + len(self._buf), now))
         self._drop_leading_space()
         out: list[Segment] = []
-        if self._config.mode == "auto":
-            while (cut := self._next_cut()) is not None:
-                out.append(self._emit(cut, flush=False))
+        while (cut := self._next_cut()) is not None:
+            out.append(self._emit(cut, flush=False))
         return out
 
-    def flush(self) -> Segment | None:
-        """Emit everything buffered as one flush segment; None when nothing but whitespace."""
-        if not self._buf:
-            return None
-        return self._emit(len(self._buf), flush=True)
+    def flush(self) -> list[Segment]:
+        """Emit everything buffered as flush segments (several when the buffer is over
+        ``max_chars``); none when nothing but whitespace is buffered."""
+        self._join_held()
+        out: list[Segment] = []
+        while self._buf:
+            out.append(self._emit(self._bounded_cut(len(self._buf)), flush=True))
+        return out
+
+    def _join_held(self) -> None:
+        if self._held:
+            self._buf += "".join(self._held)
+            self._held = []
+            self._drop_leading_space()
 
     def poll(self, now: float) -> list[Segment]:
         """Timer-driven cut: once the oldest buffered text waited max_delay_ms, cut at the last
@@ -232,7 +264,11 @@ class TextSegmenter:
         if not buf[-1].isspace():
             cut = next((k for k in range(len(buf) - 1, 0, -1) if buf[k].isspace()), len(buf))
             cut = cut if _speakable(buf[:cut]) else len(buf)
-        out = [self._emit(cut, flush=False)] if _speakable(buf[:cut]) else []
+        out: list[Segment] = []
+        if _speakable(buf[:cut]):
+            end = self._offset + cut
+            while self._buf and self._offset < end:
+                out.append(self._emit(self._bounded_cut(end - self._offset), flush=False))
         self._arrivals = [(end, max(t, now)) for end, t in self._arrivals]
         return out
 
@@ -248,7 +284,7 @@ class TextSegmenter:
         """End index in the buffer of the next complete segment, or None to wait for more."""
         buf, cap = self._buf, self._config.max_chars
         min_clause = self._config.first_min_chars if self._first else self._config.min_clause_chars
-        i = 0
+        i = self._scanned
         while i < len(buf):
             if i >= cap:
                 return next((k for k in range(cap, 0, -1) if buf[k].isspace()), cap)
@@ -261,11 +297,27 @@ class TextSegmenter:
                 verdict, end = _clause_end(buf, i)
                 verdict = False if verdict is not None and end < min_clause else verdict
             if verdict is None:
+                self._scanned = i
                 return None
             if verdict and end <= cap and _speakable(buf[:end]):
                 return end
             i = max(end, i + 1)
+        self._scanned = i
         return None
+
+    def _bounded_cut(self, limit: int) -> int:
+        """Where to cut the first ``limit`` chars of the buffer so the piece fits in
+        ``max_chars``: all of it if it fits, else the best boundary within the cap."""
+        cap = self._config.max_chars
+        if limit <= cap:
+            return limit
+        window = self._buf[: cap + 1]
+        for boundary in (_SENTENCE_BOUNDARY, _CLAUSE_BOUNDARY):
+            cuts = [m.end() for m in boundary.finditer(window) if m.end() <= cap]
+            if cuts and _speakable(window[: cuts[-1]]):
+                return cuts[-1]
+        space = max(window.rfind(ch, 1, cap + 1) for ch in " \n\t")
+        return space if space > 0 else cap
 
     def _emit(self, cut: int, *, flush: bool) -> Segment:
         text = self._buf[:cut].rstrip()
@@ -273,11 +325,16 @@ class TextSegmenter:
         self._buf = self._buf[cut:]
         self._offset += cut
         self._first = False
+        self._scanned = 0
+        self._arrivals = [(end, t) for end, t in self._arrivals if end > self._offset]
         self._drop_leading_space()
         return segment
 
     def _drop_leading_space(self) -> None:
         stripped = self._buf.lstrip()
+        if len(stripped) == len(self._buf):
+            return
+        self._scanned = 0
         self._offset += len(self._buf) - len(stripped)
         self._buf = stripped
         self._arrivals = [(end, t) for end, t in self._arrivals if end > self._offset]

@@ -331,8 +331,7 @@ class CompatSession:
 
     def _input_done(self) -> None:
         assert self._segmenter is not None and self.settings is not None
-        segment = self._segmenter.flush()
-        if segment is not None:
+        for segment in self._segmenter.flush():
             self._add_sentence(segment.text)
         done = VllmSessionDone(
             utterance_index=self._utterance_index, total_sentences=self._sentence_index

@@ -7,17 +7,17 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 
 import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from protocol.errors import CloseCode, ProtocolError
+from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import Limits, SessionSettings
 from protocol.session import ServerSession
 from voiceserver.runtime import Runtime
-from voiceserver.session.speech import SpeechSession
+from voiceserver.session.speech import PeerGone, SpeechSession
 from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
+from voiceserver.transport.connection import abort_connection
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,34 @@ def protocol_limits(rt: Runtime) -> Limits:
     )
 
 
+class WebSocketPeer:
+    """A Starlette WebSocket as a session's Peer: transport failures become PeerGone."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+
+    async def send_text(self, data: str) -> None:
+        try:
+            await self.ws.send_text(data)
+        except (OSError, RuntimeError, WebSocketDisconnect) as exc:
+            raise PeerGone from exc
+
+    async def send_bytes(self, data: bytes) -> None:
+        try:
+            await self.ws.send_bytes(data)
+        except (OSError, RuntimeError, WebSocketDisconnect) as exc:
+            raise PeerGone from exc
+
+    async def close(self, code: int, reason: str) -> None:
+        try:
+            await self.ws.close(code=code, reason=reason)
+        except (OSError, RuntimeError, WebSocketDisconnect) as exc:
+            raise PeerGone from exc
+
+    def abort(self) -> None:
+        abort_connection(self.ws.scope)
+
+
 async def speech_websocket(ws: WebSocket) -> None:
     rt: Runtime = ws.app.state.runtime
     if not await admit_websocket(ws, rt.server.api_keys):
@@ -64,18 +92,14 @@ async def speech_websocket(ws: WebSocket) -> None:
         )
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
-
-    async def close(code: int, reason: str) -> None:
-        with contextlib.suppress(Exception):
-            await ws.close(code=code, reason=reason)
-
-    session = SpeechSession(rt, proto, ws.send_text, ws.send_bytes, close)
+    session = SpeechSession(rt, proto, WebSocketPeer(ws))
     rt.session_opened("ws")
-    await ws.send_text(proto.created_message(uuid.uuid4().hex))
-    writer = asyncio.create_task(session.writer())
-    writer.add_done_callback(_log_failure)
-    idle = asyncio.create_task(_idle_watch(session, close))
+    rt.lifecycle.register(session)
+    writer = idle = None
     try:
+        await ws.send_text(proto.created_message(uuid.uuid4().hex))
+        writer = session.start_writer()
+        idle = asyncio.create_task(_idle_watch(session))
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
@@ -84,34 +108,36 @@ async def speech_websocket(ws: WebSocket) -> None:
                 session.on_text(message["text"])
             elif message.get("bytes") is not None:
                 session.on_bytes(message["bytes"])
-            if writer.done():
+            if writer.done() and not session.dropped:
                 break
-    except WebSocketDisconnect:
-        pass
+    except (WebSocketDisconnect, OSError):
+        pass  # an ordinary departure
     except Exception:
         log.exception("session failed")
-        await close(int(CloseCode.INTERNAL_ERROR), "internal error")
+        with contextlib.suppress(Exception):
+            await ws.close(code=int(CloseCode.INTERNAL_ERROR), reason="internal error")
     finally:
+        rt.lifecycle.unregister(session)
         rt.session_closed("ws")
         session.shutdown()
-        idle.cancel()
-        writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await writer
+        for task in (idle, writer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
 
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("session writer failed", exc_info=task.exception())
+IDLE_POLL_MIN_S = 0.05
+"""The idle check never runs more often than this, however short the timeout."""
 
 
-async def _idle_watch(session: SpeechSession, close: Callable[[int, str], Awaitable[None]]) -> None:
+async def _idle_watch(session: SpeechSession) -> None:
     """Close a session that has sent nothing and has no open context for too long."""
     while True:
         timeout = session.proto.settings.idle_timeout_s or session.proto.limits.idle_timeout_s
-        await asyncio.sleep(min(1.0, timeout / 4))
+        await asyncio.sleep(max(IDLE_POLL_MIN_S, min(1.0, timeout / 4)))
         if session.has_live_contexts:
             session.last_activity = time.monotonic()
         elif time.monotonic() - session.last_activity > timeout:
-            await close(int(CloseCode.IDLE_TIMEOUT), "idle timeout")
+            session.drop_client(CloseCode.IDLE_TIMEOUT, ErrorCode.IDLE_TIMEOUT, "idle timeout")
             return

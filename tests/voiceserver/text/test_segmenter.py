@@ -26,8 +26,7 @@ def run(text: str, pieces: list[str] | None = None, **config: object) -> list[Se
     out: list[Segment] = []
     for piece in pieces if pieces is not None else [text]:
         out += seg.push(piece, 0.0)
-    last = seg.flush()
-    return out + ([last] if last else [])
+    return out + seg.flush()
 
 
 def texts(text: str, **config: object) -> list[str]:
@@ -164,8 +163,8 @@ def test_punctuation_only_segments_join_the_next() -> None:
     assert texts("Hello.\n...\n---\nWorld. !! Next.") == ["Hello.", "...\n---\nWorld.", "!! Next."]
     seg = TextSegmenter(SegmenterConfig())
     assert seg.push("... ", 0.0) == [] and seg.push("\n", 0.0) == []
-    flushed = seg.flush()
-    assert flushed is not None and flushed.text == "..." and flushed.flush
+    [flushed] = seg.flush()
+    assert flushed.text == "..." and flushed.flush
 
 
 def test_unicode() -> None:
@@ -246,17 +245,17 @@ def test_manual_mode_only_flushes() -> None:
     assert seg.push("Hello there. How are you?\nFine, ", 0.0) == []
     assert seg.deadline() is None and seg.poll(10.0) == []
     flushed = seg.flush()
-    assert flushed == Segment("Hello there. How are you?\nFine,", 0, 31, True)
-    assert seg.flush() is None
+    assert flushed == [Segment("Hello there. How are you?\nFine,", 0, 31, True)]
+    assert seg.flush() == []
 
 
 def test_flush_and_offsets_continue() -> None:
     seg = TextSegmenter(SegmenterConfig())
-    assert seg.flush() is None
+    assert seg.flush() == []
     seg.push("  Hi", 0.0)
-    assert seg.flush() == Segment("Hi", 2, 4, True)
+    assert seg.flush() == [Segment("Hi", 2, 4, True)]
     seg.push(" \n ", 0.0)
-    assert seg.flush() is None
+    assert seg.flush() == []
     [s] = seg.push("Next one. A", 0.0)
     assert s == Segment("Next one.", 7, 16, False)
 
@@ -286,15 +285,14 @@ def test_push_poll_never_emit_unspeakable_segments() -> None:
         for t, piece in enumerate(random_split(text, rng)):
             out += seg.push(piece, t * 0.005) + seg.poll(t * 0.005)
         assert all(any(c.isalnum() for c in s.text) for s in out)
-        last = seg.flush()
-        assert_tiles(text, out + ([last] if last else []))
+        assert_tiles(text, out + seg.flush())
 
 
 @pytest.mark.parametrize(
     "bad",
     [
         {"mode": "stream"},
-        {"max_delay_ms": 0},
+        {"max_delay_ms": -1},
         {"first_min_chars": 0},
         {"min_clause_chars": 500},
     ],
@@ -302,3 +300,50 @@ def test_push_poll_never_emit_unspeakable_segments() -> None:
 def test_config_validation(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         SegmenterConfig(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["manual", "auto"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "你好我们走吧" * 200,  # no boundary at all: hard cuts
+        "Hello there my friend, this is a clause " * 60,  # clauses, no sentence end
+        "One two three. " * 100,
+        "word " * 500,
+    ],
+)
+def test_no_segment_is_longer_than_max_chars(mode: str, text: str) -> None:
+    """A flush of a long manual buffer (or a long auto stream) is cut into bounded pieces
+    at the best boundary, so no single model call gets an unbounded segment."""
+    config = SegmenterConfig(mode=mode, max_chars=100)  # type: ignore[arg-type]
+    seg = TextSegmenter(config)
+    out: list[Segment] = []
+    for piece in random_split(text, random.Random(3)):
+        out += seg.push(piece, 0.0)
+    out += seg.flush()
+    assert_tiles(text, out)
+    assert max(len(s.text) for s in out) <= 100
+    if " " in text.strip():
+        # Cut at a boundary: a piece never ends inside a word.
+        for s in out[:-1]:
+            assert text[s.char_end : s.char_end + 1].isspace(), s
+    if ". " in text or ", " in text:
+        assert all(s.text[-1] in ".," for s in out[:-1]), [s.text[-5:] for s in out]
+
+
+def test_flush_cuts_at_the_last_sentence_end_within_the_cap() -> None:
+    seg = TextSegmenter(SegmenterConfig(mode="manual", max_chars=40))
+    seg.push("First sentence here. Second one, with a clause, goes on and on. End", 0.0)
+    assert [s.text for s in seg.flush()] == [
+        "First sentence here.",
+        "Second one, with a clause,",
+        "goes on and on. End",
+    ]
+
+
+def test_zero_delay_cuts_each_finished_word_at_once() -> None:
+    seg = TextSegmenter(SegmenterConfig(max_delay_ms=0))
+    assert seg.push("Hello there fri", 1.0) == []
+    assert seg.deadline() == 1.0
+    assert [s.text for s in seg.poll(1.0)] == ["Hello there"]
+    assert seg.buffered == "fri"
