@@ -8,12 +8,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-
-import uvicorn
+from dataclasses import dataclass, replace
 
 from voiceserver.app import create_app
 from voiceserver.config import ModelConfig, ServerConfig
+from voiceserver.server import build_server
+
+TEST_SHUTDOWN_S = 2.0
+"""Tests stop their servers with work possibly still running: a short drain."""
 
 
 @dataclass
@@ -40,18 +42,15 @@ def run_server(
     model_config: ModelConfig, server_config: ServerConfig | None = None
 ) -> Iterator[RunningServer]:
     server_config = server_config or ServerConfig()
+    server_config = replace(
+        server_config, shutdown_timeout_s=min(server_config.shutdown_timeout_s, TEST_SHUTDOWN_S)
+    )
     app = create_app(server_config, model_config)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        ws_max_size=server_config.limits.transport_max_bytes,
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
+    server = build_server(app, server_config, log_level="warning")
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

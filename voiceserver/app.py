@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 
 from voiceserver.config import ModelConfig, ServerConfig
@@ -18,6 +19,7 @@ from voiceserver.http.speech import speech
 from voiceserver.http.voices import create_voice, delete_voice, list_voices
 from voiceserver.runtime import Runtime
 from voiceserver.transport.compat_vllm import vllm_speech_stream
+from voiceserver.transport.origin import OriginGuard
 from voiceserver.transport.ws import speech_websocket
 
 log = logging.getLogger(__name__)
@@ -47,4 +49,5 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
         WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
         WebSocketRoute("/v1/audio/speech/stream", vllm_speech_stream),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(OriginGuard, allowed_origins=server.allowed_origins)]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)

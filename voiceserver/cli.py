@@ -48,10 +48,22 @@ def serve(argv: list[str]) -> None:
         default=Path.home() / ".local" / "share" / "voiceserver" / "voices",
         help="where uploaded voices are kept, a folder per model (default: %(default)s)",
     )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        help="seconds running contexts may finish after SIGTERM before they are cut "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        help="a browser origin (https://app.example) allowed besides the server's own; "
+        "'*' allows any (default: none)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-
-    import uvicorn
 
     from voiceserver.app import create_app
     from voiceserver.config import (
@@ -61,6 +73,7 @@ def serve(argv: list[str]) -> None:
         load_model_config,
         with_checkpoint,
     )
+    from voiceserver.server import build_server
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -79,17 +92,11 @@ def serve(argv: list[str]) -> None:
         port=args.port,
         api_keys=tuple(args.api_key),
         voices_dir=args.voices_dir,
+        shutdown_timeout_s=args.shutdown_timeout,
+        allowed_origins=tuple(args.allow_origin),
     )
     app = create_app(server, model_config)
-    uvicorn.run(
-        app,
-        host=server.host,
-        port=server.port,
-        log_level=args.log_level,
-        ws_max_size=server.limits.transport_max_bytes,
-        ws_ping_interval=20,
-        ws_ping_timeout=20,
-    )
+    build_server(app, server, args.log_level).run()
 
 
 def main(argv: list[str] | None = None) -> None:

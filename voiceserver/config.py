@@ -45,7 +45,15 @@ class Limits:
     max_batch_items: int = 32
     """Items one POST /v1/audio/speech/batch may hold (vllm-omni's default)."""
     slow_reader_timeout_s: float = 10.0
-    """A reader whose queue stays full this long is closed with 1008."""
+    """Every send to a client must complete within this long; one that does not
+    (the client stopped reading) drops the client: 1008 ``slow_reader``."""
+    http_header_timeout_s: float = 10.0
+    """An HTTP request's headers must arrive within this long (else 408, closed)."""
+    http_body_timeout_s: float = 60.0
+    """An HTTP request's body must arrive within this long (else 408 ``request_timeout``)."""
+    stream_ahead_s: float = 20.0
+    """Audio an HTTP response (or a compatibility-socket sentence) may hold decoded
+    beyond what its client has taken; the engine pauses that request above it."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,13 @@ class ServerConfig:
     voices_dir: Path | None = None
     """Where uploaded voices are kept (a folder per model name); None: in memory
     only, lost at restart."""
+    shutdown_timeout_s: float = 10.0
+    """On SIGTERM/SIGINT: how long running contexts may finish before they are cut
+    (``server_shutdown`` error, close 1012)."""
+    allowed_origins: tuple[str, ...] = ()
+    """Browser origins (``https://app.example``) allowed to call the server, besides
+    its own origin; ``*`` allows any. Requests without an Origin header (non-browser
+    clients) are always allowed."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from voiceserver.engine.messages import (
     InboxMessage,
     OpenContext,
     Shutdown,
+    Throttle,
 )
 from voiceserver.engine.scheduler import ARScheduler
 from voiceserver.engine.vocoder_loop import VocoderLoop, VocoderLoopConfig
@@ -205,6 +206,9 @@ class EngineCore:
         elif isinstance(message, Cancel):
             self._release(ctx)
             ctx.sink(ContextReleased(ctx.cid))
+        elif isinstance(message, Throttle):
+            self.scheduler.set_paused(ctx.cid, message.paused)
+            self.vocoder.set_paused(ctx.cid, message.paused)
         self._refresh_work(ctx)
 
     def _refresh_work(self, ctx: _Context) -> None:

@@ -49,11 +49,20 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class Throttle:
+    """Backpressure from a consumer: a paused context is neither stepped nor
+    decoded until it is resumed (its client has taken enough of its audio)."""
+
+    cid: int
+    paused: bool
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
 
-InboxMessage = OpenContext | AppendText | CloseInput | Cancel | Shutdown
+InboxMessage = OpenContext | AppendText | CloseInput | Cancel | Throttle | Shutdown
 
 # -- events (engine -> event loop) ------------------------------------------
 

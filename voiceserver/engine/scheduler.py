@@ -12,6 +12,7 @@ with fakes. Policy, in order:
 4. A context more than ``max_lead_s`` ahead of its playout is not stepped, so
    it never takes device time from one that is behind, and never buffers
    without bound.
+5. A paused context (its consumer has not taken its audio yet) is not stepped.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class SchedContext:
     """Seconds of audio produced so far."""
     first_audio_at: float | None = None
     max_lead_s: float = 30.0
+    paused: bool = False
 
     def slack(self, now: float) -> float:
         if self.first_audio_at is None:
@@ -81,6 +83,11 @@ class ARScheduler:
         if ctx is not None:
             ctx.has_work = has_work
 
+    def set_paused(self, cid: int, paused: bool) -> None:
+        ctx = self.contexts.get(cid)
+        if ctx is not None:
+            ctx.paused = paused
+
     def schedule(self, now: float) -> ScheduleDecision:
         decision = ScheduleDecision()
         while self.waiting and self.used_slots < self.max_slots:
@@ -92,7 +99,11 @@ class ARScheduler:
         ready = [
             c
             for c in self.contexts.values()
-            if c.admitted and c.has_work and not c.finished and c.slack(now) <= c.max_lead_s
+            if c.admitted
+            and c.has_work
+            and not c.finished
+            and not c.paused
+            and c.slack(now) <= c.max_lead_s
         ]
         # No audio yet sorts first (slack -inf), oldest first among those.
         ready.sort(key=lambda c: (c.slack(now), c.seq))

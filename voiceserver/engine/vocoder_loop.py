@@ -46,6 +46,7 @@ class _Stream:
     emitted_s: float = 0.0
     first_emit_at: float | None = None
     max_lead_s: float = 30.0
+    paused: bool = False
 
     def deadline(self) -> float:
         if self.first_emit_at is None:
@@ -84,6 +85,11 @@ class VocoderLoop:
     def drop(self, cid: int) -> None:
         self.streams.pop(cid, None)
 
+    def set_paused(self, cid: int, paused: bool) -> None:
+        stream = self.streams.get(cid)
+        if stream is not None:
+            stream.paused = paused
+
     def push(self, cid: int, frames: np.ndarray, unit_end: bool) -> None:
         stream = self.streams[cid]
         if not stream.units or stream.units[-1].closed:
@@ -114,6 +120,8 @@ class VocoderLoop:
         (and newcomers, which have none yet) are decoded."""
         candidates: list[tuple[_Stream, _Unit, int, int]] = []
         for stream in self.streams.values():
+            if stream.paused:
+                continue
             if horizon is not None and stream.deadline() - now >= horizon:
                 continue
             if stream.first_emit_at is not None and (

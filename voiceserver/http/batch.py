@@ -15,7 +15,8 @@ The answer is ``{id, results: [{index, status: success|error, audio_data
 failed}``; we add ``param`` and ``code`` to each result (null on success).
 Items run concurrently on the engine; a bad item fails alone. The batch as a
 whole fails (OpenAI-shaped error) only for a bad body, a bad ``items``
-list, an unknown ``model`` (404) or a missing key (401).
+list, an unknown ``model`` (404) or a missing key (401). A client that leaves
+cancels every item at once (their engine contexts are freed; nothing is kept).
 """
 
 from __future__ import annotations
@@ -39,12 +40,19 @@ from voiceserver.http.errors import (
     from_model_error,
     invalid,
 )
+from voiceserver.http.guard import (
+    ClientGone,
+    RequestGuard,
+    cancel_on_disconnect,
+    client_gone_response,
+)
 from voiceserver.http.speech import (
     normalize_aliases,
     parse_speech_request,
     read_json_object,
     request_id_of,
     runtime_of,
+    shutting_down,
     synthesize,
 )
 from voiceserver.runtime import Runtime
@@ -109,8 +117,20 @@ async def _run_item(
 async def speech_batch(request: Request) -> Response:
     request_id = request_id_of(request)
     rt = runtime_of(request)
+    guard = RequestGuard(request, rt.lifecycle)
+    try:
+        return await _batch(request, request_id, rt)
+    except ClientGone:
+        return client_gone_response()
+    finally:
+        guard.release()
+
+
+async def _batch(request: Request, request_id: str, rt: Runtime) -> Response:
     try:
         check_auth(request, rt.server.api_keys)
+        if rt.lifecycle.draining:
+            raise shutting_down()
         body = await read_json_object(request)
         items = _items(body, rt.server.limits.max_batch_items)
         model = body.get("model")
@@ -127,7 +147,9 @@ async def speech_batch(request: Request) -> Response:
             )
     except ApiError as err:
         return error_response(err, request_id, rt.metrics, "batch")
-    results = await asyncio.gather(*(_run_item(rt, i, body, item) for i, item in enumerate(items)))
+    results = await cancel_on_disconnect(
+        request, asyncio.gather(*(_run_item(rt, i, body, item) for i, item in enumerate(items)))
+    )
     succeeded = sum(1 for r in results if r["status"] == "success")
     return JSONResponse(
         {

@@ -25,7 +25,9 @@ from voiceserver.transport.auth import key_ok, offered_key
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     500: "server_error",
     503: "server_error",
@@ -86,12 +88,14 @@ def error_response(
     headers = {"x-request-id": request_id}
     if err.status == 401:
         headers["www-authenticate"] = "Bearer"
+    if err.status == 408:
+        headers["connection"] = "close"  # the rest of the body may still be on its way
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
 def check_auth(request: Request, keys: tuple[str, ...]) -> None:
     """Raise a 401 ApiError unless the request carries one of ``keys`` (none: open)."""
-    offered = offered_key(request.headers, request.query_params)
+    offered = offered_key(request.headers)
     if key_ok(keys, offered):
         return
     if offered is None:

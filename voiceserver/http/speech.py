@@ -39,6 +39,12 @@ failure after the headers went out ends an audio body without its last chunk
 Headers are sent once the first audio exists, so errors that the engine finds
 while starting (voice, reference audio) still get a proper status. Every
 response carries ``x-request-id`` (the client's, or a new one).
+
+A client that leaves cancels its context at once, before or after the headers;
+one that stops reading is dropped after ``Limits.slow_reader_timeout_s`` (the
+connection is aborted); a body that does not arrive within
+``Limits.http_body_timeout_s`` gets 408. While the server drains for shutdown,
+new requests get 503 ``server_shutdown``.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -53,12 +60,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from models.base import ModelInputError, SynthParams
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import INSTRUCTIONS_MAX_LEN
+from protocol.validation import check_text
 from voiceserver.audio.containers import (
     DEFAULT_RESPONSE_FORMAT,
     DEFAULT_SAMPLE_RATE,
@@ -76,10 +85,18 @@ from voiceserver.http.errors import (
     from_model_error,
     invalid,
 )
+from voiceserver.http.guard import (
+    ClientGone,
+    RequestGuard,
+    cancel_on_disconnect,
+    client_gone_response,
+)
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.utterance import Utterance, UtteranceError
+from voiceserver.transport.connection import abort_connection
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STREAM_FORMATS = ("audio", "sse")
@@ -101,20 +118,42 @@ def request_id_of(request: Request) -> str:
     return uuid.uuid4().hex
 
 
-async def read_json_object(request: Request) -> dict[str, Any]:
-    """The body as a JSON object, or a 400/413 ApiError."""
+async def read_body(request: Request) -> bytes:
+    """The whole body, within ``MAX_BODY_BYTES`` (else 413) and the server's body
+    deadline (else 408); ClientGone when the client leaves while sending it."""
+    limit = runtime_of(request).server.limits.http_body_timeout_s
     parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(
-                413,
-                f"request body is larger than {MAX_BODY_BYTES} bytes",
-                code=ErrorCode.MESSAGE_TOO_BIG,
-            )
-        parts.append(part)
     try:
-        body = json.loads(b"".join(parts))
+        async with asyncio.timeout(limit):
+            async for part in request.stream():
+                size += len(part)
+                if size > MAX_BODY_BYTES:
+                    raise ApiError(
+                        413,
+                        f"request body is larger than {MAX_BODY_BYTES} bytes",
+                        code=ErrorCode.MESSAGE_TOO_BIG,
+                    )
+                parts.append(part)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {limit:g} s",
+            code=ErrorCode.REQUEST_TIMEOUT,
+        ) from None
+    except ClientDisconnect:
+        raise ClientGone from None
+    return b"".join(parts)
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object, or a 400/408/413 ApiError."""
+    data = await read_body(request)
+    try:
+        body = json.loads(data)
+    except RecursionError:
+        raise ApiError(
+            400, "malformed JSON body: nested too deeply", code=ErrorCode.INVALID_JSON
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"malformed JSON body: {exc}", code=ErrorCode.INVALID_JSON) from None
     if not isinstance(body, dict):
@@ -149,6 +188,21 @@ class _Fields:
         value = self.body.get(key)
         if value is not None and not isinstance(value, str):
             raise invalid(key, f"must be a string, got {_kind(value)}")
+        return value
+
+    def text(self, key: str, limit: int) -> str | None:
+        """A string to be spoken or read by a model: plain text within ``limit`` chars."""
+        value = self.string(key)
+        if value is None:
+            return None
+        if len(value) > limit:
+            raise invalid(
+                key, f"is {len(value)} characters long; at most {limit}", ErrorCode.TEXT_TOO_LONG
+            )
+        try:
+            check_text(value, key)
+        except ProtocolError as err:
+            raise ApiError(400, err.message, param=key, code=err.code) from None
         return value
 
     def boolean(self, key: str) -> bool | None:
@@ -219,18 +273,12 @@ def parse_speech_request(
     caps = rt.model.capabilities
     limit = rt.server.limits.max_text_chars
 
-    text = fields.string("input")
+    text = fields.text("input", limit)
     if text is None:
         raise ApiError(400, "input: required", param="input", code=ErrorCode.MISSING_FIELD)
     if not text.strip():
         raise invalid("input", "must contain text to speak, got an empty string")
-    if len(text) > limit:
-        raise invalid(
-            "input", f"is {len(text)} characters long; at most {limit}", ErrorCode.TEXT_TOO_LONG
-        )
-    instructions = fields.string("instructions")
-    if instructions is not None and len(instructions) > limit:
-        raise invalid("instructions", f"at most {limit} characters", ErrorCode.TEXT_TOO_LONG)
+    instructions = fields.text("instructions", INSTRUCTIONS_MAX_LEN)
 
     response_format = fields.choice("response_format", RESPONSE_FORMATS, default_format)
     stream = fields.boolean("stream")
@@ -292,9 +340,10 @@ def _model_extras(fields: _Fields) -> dict[str, Any]:
         extra.update(extra_params)
     if fields.present("task_type"):
         extra["task_type"] = fields.choice("task_type", TASK_TYPES, "")
-    for key in ("ref_audio", "ref_text"):
-        if fields.present(key):
-            extra[key] = fields.string(key)
+    if fields.present("ref_audio"):
+        extra["ref_audio"] = fields.string("ref_audio")
+    if fields.present("ref_text"):
+        extra["ref_text"] = fields.text("ref_text", INSTRUCTIONS_MAX_LEN)
     for key, low, high in (
         ("temperature", 0.0, 2.0),
         ("top_p", 0.0, 1.0),
@@ -452,9 +501,13 @@ async def _sse_body(stream: SpeechStream) -> AsyncIterator[bytes]:
     yield sse_event({"type": "speech.audio.done", "usage": stream.usage()})
 
 
+class SlowClient(Exception):
+    """A response chunk could not be sent within the deadline: the client stopped reading."""
+
+
 class SpeechResponse(StreamingResponse):
     """A streamed body that frees its engine context however the response ends
-    (finished, failed, or the client went away)."""
+    (finished, failed, the client went away, or stopped reading)."""
 
     def __init__(
         self,
@@ -462,29 +515,65 @@ class SpeechResponse(StreamingResponse):
         content: AsyncIterator[bytes],
         media_type: str,
         headers: Mapping[str, str],
+        guard: RequestGuard,
     ) -> None:
         super().__init__(content, media_type=media_type, headers=headers)
         self._stream = stream
+        self._guard = guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        deadline = self._stream.rt.server.limits.slow_reader_timeout_s
+
+        async def send_within(message: Message) -> None:
+            try:
+                async with asyncio.timeout(deadline):
+                    await send(message)
+            except TimeoutError:
+                abort_connection(scope)
+                raise SlowClient from None
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, send_within)
+        except SlowClient:
+            log.info("dropped an HTTP client that read nothing for %g s", deadline)
+            self._stream.rt.metrics.error(self._stream.endpoint, str(ErrorCode.SLOW_READER))
+        except (ClientDisconnect, OSError):
+            pass  # the client left: an ordinary end
         finally:
             self._stream.close()
+            self._guard.release()
+
+
+def shutting_down() -> ApiError:
+    return ApiError(
+        503,
+        "the server is shutting down and takes no new requests; retry on another instance",
+        code=ErrorCode.SERVER_SHUTDOWN,
+    )
 
 
 async def speech(request: Request) -> Response:
     request_id = request_id_of(request)
     rt = runtime_of(request)
+    guard = RequestGuard(request, rt.lifecycle)
     try:
         check_auth(request, rt.server.api_keys)
+        if rt.lifecycle.draining:
+            raise shutting_down()
         speech_request = parse_speech_request(rt, await read_json_object(request))
         stream = SpeechStream(rt, speech_request)
-        await stream.start()
+        await cancel_on_disconnect(request, stream.start())
     except ApiError as err:
+        guard.release()
         return error_response(err, request_id, rt.metrics, "http")
+    except ClientGone:
+        guard.release()
+        return client_gone_response()
+    except BaseException:
+        guard.release()
+        raise
     headers = {"x-request-id": request_id, "cache-control": "no-store"}
     if speech_request.stream_format == "sse":
         headers["x-accel-buffering"] = "no"  # proxies must not hold events back
-        return SpeechResponse(stream, _sse_body(stream), "text/event-stream", headers)
-    return SpeechResponse(stream, stream.chunks(), stream.media_type, headers)
+        return SpeechResponse(stream, _sse_body(stream), "text/event-stream", headers, guard)
+    return SpeechResponse(stream, stream.chunks(), stream.media_type, headers, guard)

@@ -44,7 +44,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from models.base import ModelInputError
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.validation import check_text
 from voiceserver.http.errors import (
     ApiError,
     check_auth,
@@ -52,7 +53,8 @@ from voiceserver.http.errors import (
     from_model_error,
     invalid,
 )
-from voiceserver.http.speech import MAX_BODY_BYTES, read_json_object, request_id_of, runtime_of
+from voiceserver.http.guard import ClientGone, client_gone_response
+from voiceserver.http.speech import read_body, read_json_object, request_id_of, runtime_of
 from voiceserver.runtime import Runtime
 from voiceserver.voices import StoredVoice, VoiceExists, VoiceRecord
 
@@ -107,6 +109,8 @@ async def create_voice(request: Request) -> Response:
         stored = await clone_and_store(rt, upload)
     except ApiError as err:
         return error_response(err, request_id, rt.metrics, "http")
+    except ClientGone:
+        return client_gone_response()
     record = stored.record
     return JSONResponse(
         {
@@ -289,20 +293,14 @@ def _upload_error(err: ModelInputError) -> ApiError:
 
 
 async def _read_form(request: Request) -> FormData:
-    async def bounded() -> AsyncGenerator[bytes, None]:
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise ApiError(
-                    413,
-                    f"request body is larger than {MAX_BODY_BYTES} bytes",
-                    code=ErrorCode.MESSAGE_TOO_BIG,
-                )
-            yield chunk
+    """The multipart form, read within the same size and time bounds as a JSON body."""
+    body = await read_body(request)
+
+    async def replay() -> AsyncGenerator[bytes, None]:
+        yield body
 
     try:
-        return await MultiPartParser(request.headers, bounded(), max_files=1, max_fields=16).parse()
+        return await MultiPartParser(request.headers, replay(), max_files=1, max_fields=16).parse()
     except MultiPartException as exc:
         raise ApiError(
             400, f"malformed multipart body: {exc.message}", code=ErrorCode.INVALID_FIELD
@@ -358,6 +356,10 @@ def _text(fields: dict[str, Any], key: str, limit: int) -> str | None:
         raise invalid(key, "must be a string")
     if len(value) > limit:
         raise invalid(key, f"at most {limit} characters", ErrorCode.TEXT_TOO_LONG)
+    try:
+        check_text(value, key)
+    except ProtocolError as err:
+        raise ApiError(400, err.message, param=key, code=err.code) from None
     return value
 
 

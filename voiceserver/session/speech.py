@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import replace
 from itertools import count
-from typing import Any, Protocol
+from typing import Any
 
 from models.base import ModelInputError, SynthParams
 from protocol.errors import CloseCode, ErrorCode, ProtocolError, close_code_for
@@ -52,6 +52,7 @@ from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.context import LiveContext
 from voiceserver.session.outbox import Outbox
+from voiceserver.session.peer import Peer, PeerGone, say_farewell
 from voiceserver.text.segmenter import Segment, TextSegmenter
 from voiceserver.text.words import WordStreamer
 
@@ -70,27 +71,6 @@ EXTRA_FIELDS = (
     "seed",
     "max_new_tokens",
 )
-
-FAREWELL_S = 1.0
-"""How long a dropped client gets to receive its last error and close frame."""
-
-
-class PeerGone(Exception):
-    """The connection went away while the session was sending (an ordinary departure)."""
-
-
-class Peer(Protocol):
-    """The connection a session speaks through (the transport adapts a WebSocket).
-    Sends raise PeerGone once the connection is gone."""
-
-    async def send_text(self, data: str) -> None: ...
-
-    async def send_bytes(self, data: bytes) -> None: ...
-
-    async def close(self, code: int, reason: str) -> None: ...
-
-    def abort(self) -> None:
-        """Drop the connection now, discarding whatever it has not sent."""
 
 
 class _Cancelled:
@@ -533,18 +513,7 @@ class SpeechSession:
         self._outbox.close()
         if self._writer is not None:
             self._writer.cancel()
-        self._farewell = asyncio.create_task(self._say_farewell(errors, close_code, message))
-
-    async def _say_farewell(self, errors: list[str], close_code: int, reason: str) -> None:
-        try:
-            async with asyncio.timeout(FAREWELL_S):
-                for text in errors:
-                    await self._peer.send_text(text)
-                await self._peer.close(close_code, reason[:120])
-        except (TimeoutError, PeerGone):
-            pass
-        finally:
-            self._peer.abort()
+        self._farewell = asyncio.create_task(say_farewell(self._peer, errors, close_code, message))
 
     def begin_drain(self) -> None:
         """The server is stopping: take no new contexts; close (1012) once idle."""

@@ -3,7 +3,10 @@
 The HTTP shim, the batch endpoint and the compatibility WebSocket all speak
 through this, so there is one pipeline behind every endpoint. Text is
 segmented exactly as on the native WebSocket; audio comes back as model-rate
-float32 chunks through an asyncio queue (bounded by the engine's max lead).
+float32 chunks through an asyncio queue. The queue is bounded: above
+``Limits.stream_ahead_s`` of audio not yet taken by the consumer the engine
+pauses the context, and resumes it once half of that is taken, so a client
+that reads slowly costs memory for that much audio, never for the whole file.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from voiceserver.engine.messages import (
     ContextFailed,
     EngineEvent,
     OpenContext,
+    Throttle,
 )
 from voiceserver.runtime import Runtime
 from voiceserver.text.segmenter import TextSegmenter
@@ -56,6 +60,9 @@ class Utterance:
         self.first_audio_at: float | None = None
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self._queued_samples = 0
+        self._high_water = int(rt.server.limits.stream_ahead_s * rt.model.capabilities.sample_rate)
+        self._paused = False
         self._finished = False
         self._ended = False
         if rt.model.capabilities.streaming_text:
@@ -69,9 +76,23 @@ class Utterance:
 
     def _sink(self, event: EngineEvent) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+            self._loop.call_soon_threadsafe(self._arrived, event)
         except RuntimeError:
             pass
+
+    def _arrived(self, event: EngineEvent) -> None:
+        if isinstance(event, AudioChunk):
+            self._queued_samples += len(event.pcm)
+            if not self._paused and self._queued_samples > self._high_water:
+                self._paused = True
+                self.rt.engine.submit(Throttle(self.cid, True))
+        self._queue.put_nowait(event)
+
+    def _taken(self, samples: int) -> None:
+        self._queued_samples -= samples
+        if self._paused and self._queued_samples <= self._high_water // 2:
+            self._paused = False
+            self.rt.engine.submit(Throttle(self.cid, False))
 
     def append(self, text: str) -> None:
         self.chars += len(text)
@@ -125,6 +146,7 @@ class Utterance:
                 self.tracker.failed(event.code)
                 raise UtteranceError(event.code, event.message, event.param)
             if isinstance(event, AudioChunk):
+                self._taken(len(event.pcm))
                 caps = self.rt.model.capabilities
                 if len(event.pcm) and self.first_audio_at is None:
                     self.first_audio_at = time.monotonic()

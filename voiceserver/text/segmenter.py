@@ -213,6 +213,13 @@ class TextSegmenter:
         self._arrivals: list[tuple[int, float]] = []  # (end offset of a pushed piece, its time)
         self._scanned = 0  # buffer index up to which _next_cut found no cut (decisions are final)
         self._held: list[str] = []  # manual mode: pushed pieces not yet joined into _buf
+        self._held_chars = 0
+
+    @property
+    def buffered_chars(self) -> int:
+        """``len(buffered)``, without joining held pieces (cheap to ask on every push);
+        it may count leading whitespace that ``buffered`` would drop."""
+        return len(self._buf) + self._held_chars
 
     @property
     def buffered(self) -> str:
@@ -227,6 +234,7 @@ class TextSegmenter:
         if self._config.mode == "manual":
             # Nothing is cut before flush() and no timer runs: keep the pieces, join them once.
             self._held.append(text)
+            self._held_chars += len(text)
             return []
         self._buf += text
         if self._config.max_delay_ms is not None:
@@ -250,6 +258,7 @@ class TextSegmenter:
         if self._held:
             self._buf += "".join(self._held)
             self._held = []
+            self._held_chars = 0
             self._drop_leading_space()
 
     def poll(self, now: float) -> list[Segment]:

@@ -14,12 +14,16 @@ SUBPROTOCOL = "tts.v1"
 BEARER_PREFIX = "bearer."
 
 
-def offered_key(headers: Headers, query: QueryParams) -> str | None:
-    """The key a client presented: Authorization header, ?token=, or the
-    ``bearer.<key>`` subprotocol (browsers cannot set headers on WebSockets)."""
+def offered_key(headers: Headers, query: QueryParams | None = None) -> str | None:
+    """The key a client presented: the Authorization header; on a WebSocket
+    upgrade (pass its ``query``) also ``?token=`` or the ``bearer.<key>``
+    subprotocol, since browsers cannot set headers on WebSockets. HTTP requests
+    take the header only: a key in a URL ends up in logs and browser history."""
     auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
+    if query is None:
+        return None
     if "token" in query:
         return query["token"]
     for proto in _subprotocols(headers):

@@ -24,6 +24,12 @@ The same message set and order as vllm-omni's ``serving_speech_stream.py`` (see
 Unlike vllm-omni the socket is read while audio is sent, so a disconnect cancels the
 sentence in flight at once and frees its engine slot; everything that is answered goes
 through one ordered queue, so the order of the replies stays vllm-omni's.
+
+A client that does not read is dropped as on the native socket: replies waiting in the
+queue count toward ``Limits.outbox_max_bytes``, every send must complete within
+``Limits.slow_reader_timeout_s``, and either failing frees the sentence in flight and
+closes 1008 (aborting the connection when even that cannot be sent). On shutdown the
+utterance in progress may finish until the deadline; then it gets an ``error`` and 1012.
 """
 
 from __future__ import annotations
@@ -55,14 +61,17 @@ from protocol.compat_vllm import (
     vllm_error,
 )
 from protocol.errors import CloseCode, ProtocolError
+from protocol.validation import check_text
 from voiceserver.audio import AudioFormat, OutputStage, make_output, wav_header
 from voiceserver.audio.containers import encode_whole_file
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
+from voiceserver.session.peer import PeerGone, say_farewell
 from voiceserver.session.utterance import Utterance, UtteranceError
 from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
 from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
+from voiceserver.transport.ws import WebSocketPeer
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +137,7 @@ _kind_decoder = msgspec.json.Decoder(_Kind)
 def _message_type(raw: str) -> object:
     try:
         return _kind_decoder.decode(raw).type
-    except (msgspec.DecodeError, UnicodeEncodeError):
+    except (msgspec.DecodeError, UnicodeEncodeError, RecursionError):
         return None
 
 
@@ -143,6 +152,13 @@ def settings_from_config(rt: Runtime, cfg: VllmSessionConfig) -> CompatSettings:
     ModelInputError naming what to change."""
     if cfg.word_timestamps:
         raise ConfigError("word_timestamps: not available on this server; set it to false")
+    for name in ("instructions", "ref_text"):
+        value = getattr(cfg, name)
+        if value is not None:
+            try:
+                check_text(value, name)
+            except ProtocolError as err:
+                raise ConfigError(err.message) from None
     if cfg.stream_audio and cfg.response_format not in STREAMABLE_FORMATS:
         raise ConfigError(
             f"response_format: {cfg.response_format!r} cannot be streamed; with"
@@ -219,6 +235,7 @@ class CompatSession:
     def __init__(self, rt: Runtime, ws: WebSocket) -> None:
         self.rt = rt
         self.ws = ws
+        self._peer = WebSocketPeer(ws)
         self.settings: CompatSettings | None = None
         self._segmenter: TextSegmenter | None = None
         self._utterance_index = 0
@@ -230,10 +247,49 @@ class CompatSession:
         """Jobs queued or in progress; the idle timer runs only at zero."""
         self._queued_chars = 0
         """Characters of queued sentences not spoken yet (bounded by max_text_chars)."""
+        self._queued_bytes = 0
+        """Bytes of queued replies not sent yet (bounded by outbox_max_bytes)."""
         self._loop = asyncio.get_running_loop()
+        self._worker: asyncio.Task[None] | None = None
+        self._farewell: asyncio.Task[None] | None = None
+        self.draining = False
+        self.dropped = False
+
+    # -- lifecycle (voiceserver.lifecycle.Drainable) ------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._pending > 0 and not self.dropped
+
+    def begin_drain(self) -> None:
+        self.draining = True
+        if not self._pending:
+            self._put(_Close(int(CloseCode.SERVICE_RESTART), "server shutting down"))
+
+    def cut(self) -> None:
+        self._drop(
+            CloseCode.SERVICE_RESTART,
+            "server_shutdown: the server shut down before the utterance finished",
+        )
+
+    def _drop(self, code: CloseCode, message: str) -> None:
+        """End the connection from the server's side now (slow reader, shutdown)."""
+        if self.dropped:
+            return
+        self.dropped = self._closing = True
+        log.info("dropping a vllm-compatible WebSocket client: %s", message)
+        self.rt.metrics.error(ENDPOINT, message.split(":", 1)[0])
+        if self._worker is not None:
+            self._worker.cancel()  # cancels the sentence in flight: its engine slot is freed
+        self._farewell = asyncio.create_task(
+            say_farewell(
+                self._peer, [encode_vllm_server(VllmError(message=message))], int(code), message
+            )
+        )
 
     async def run(self) -> None:
-        worker = asyncio.create_task(self._work())
+        self._worker = worker = asyncio.create_task(self._work())
+        self.rt.lifecycle.register(self)
         try:
             while True:
                 timeout = (
@@ -257,6 +313,7 @@ class CompatSession:
         finally:
             # A closed socket ends everything at once: the sentence in flight is
             # cancelled (its Utterance frees the engine slot) and the queue dropped.
+            self.rt.lifecycle.unregister(self)
             worker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await worker
@@ -317,8 +374,17 @@ class CompatSession:
         assert self._segmenter is not None
         if not text:
             return
+        if self.draining:
+            self._reject("server_shutdown: the server is shutting down; reconnect later")
+            return
+        try:
+            check_text(text, "text")
+        except ProtocolError as err:
+            self.rt.metrics.error(ENDPOINT, str(err.code))
+            self._reject(vllm_error(err).message)
+            return
         limit = self.rt.server.limits.max_text_chars
-        if self._queued_chars + len(self._segmenter.buffered) + len(text) > limit:
+        if self._queued_chars + self._segmenter.buffered_chars + len(text) > limit:
             self.rt.metrics.error(ENDPOINT, "text_too_long")
             self._reject(
                 f"text_too_long: more than {limit} characters would wait to be spoken;"
@@ -362,8 +428,17 @@ class CompatSession:
         self._put(_Close(int(code), message[:120]))
 
     def _put(self, job: _Job) -> None:
+        if self.dropped:
+            return
         self._pending += 1
+        if isinstance(job, str):
+            self._queued_bytes += len(job)
         self._jobs.put_nowait(job)
+        if self._queued_bytes > self.rt.server.limits.outbox_max_bytes:
+            self._drop(
+                CloseCode.POLICY_VIOLATION,
+                "slow_reader: too many replies queued for this client; read what is sent",
+            )
 
     # -- worker side -------------------------------------------------------
 
@@ -375,20 +450,39 @@ class CompatSession:
                     await self._close(job.code, job.reason)
                     return
                 if isinstance(job, str):
-                    await self.ws.send_text(job)
+                    self._queued_bytes -= len(job)
+                    await self._send_text(job)
                 else:
                     try:
                         await self._speak(job)
                     finally:
                         self._queued_chars -= len(job.text)
                 self._pending -= 1
-        except (WebSocketDisconnect, OSError):
+                if self.draining and not self._pending:
+                    await self._close(int(CloseCode.SERVICE_RESTART), "server shutting down")
+                    return
+        except PeerGone:
             return  # the client is gone; the receive loop sees the disconnect
+        except TimeoutError:
+            limit = self.rt.server.limits.slow_reader_timeout_s
+            self._drop(
+                CloseCode.POLICY_VIOLATION,
+                f"slow_reader: the connection did not take data for {limit:g} s",
+            )
         except Exception as exc:
             log.exception("compat session failed")
             with contextlib.suppress(Exception):
                 await self._send(VllmError(message=f"Internal error: {exc}"))
             await self._close(int(CloseCode.INTERNAL_ERROR), "internal error")
+
+    async def _send_text(self, data: str) -> None:
+        """Send within the slow-reader deadline (TimeoutError past it)."""
+        async with asyncio.timeout(self.rt.server.limits.slow_reader_timeout_s):
+            await self._peer.send_text(data)
+
+    async def _send_bytes(self, data: bytes) -> None:
+        async with asyncio.timeout(self.rt.server.limits.slow_reader_timeout_s):
+            await self._peer.send_bytes(data)
 
     async def _speak(self, job: _Sentence) -> None:
         spec = job.settings.audio
@@ -433,7 +527,7 @@ class CompatSession:
                     )
                     if data:
                         await send_start()
-                        await self.ws.send_bytes(data)
+                        await self._send_bytes(data)
                         total += len(data)
             tracker.done()
         except UtteranceError as exc:
@@ -462,11 +556,11 @@ class CompatSession:
         )
 
     async def _send(self, msg: VllmServerMessage) -> None:
-        await self.ws.send_text(encode_vllm_server(msg))
+        await self._send_text(encode_vllm_server(msg))
 
     async def _close(self, code: int, reason: str) -> None:
-        with contextlib.suppress(Exception):
-            await self.ws.close(code=code, reason=reason)
+        with contextlib.suppress(PeerGone):
+            await self._peer.close(code, reason)
 
 
 async def vllm_speech_stream(ws: WebSocket) -> None:
@@ -477,7 +571,7 @@ async def vllm_speech_stream(ws: WebSocket) -> None:
     rt.session_opened(ENDPOINT)
     try:
         await CompatSession(rt, ws).run()
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, OSError):
         pass
     except Exception:
         log.exception("compat session failed")

@@ -15,7 +15,8 @@ from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import Limits, SessionSettings
 from protocol.session import ServerSession
 from voiceserver.runtime import Runtime
-from voiceserver.session.speech import PeerGone, SpeechSession
+from voiceserver.session.peer import PeerGone
+from voiceserver.session.speech import SpeechSession
 from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
 from voiceserver.transport.connection import abort_connection
 
