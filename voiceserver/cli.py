@@ -49,6 +49,13 @@ def serve(argv: list[str]) -> None:
         help="where uploaded voices are kept, a folder per model (default: %(default)s)",
     )
     parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        help="override a server limit: KEY=VALUE (e.g. max_contexts=32, "
+        "slow_reader_timeout_s=5; see voiceserver.config.Limits)",
+    )
+    parser.add_argument(
         "--shutdown-timeout",
         type=float,
         default=10.0,
@@ -65,9 +72,11 @@ def serve(argv: list[str]) -> None:
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
 
+    from models.base import parse_options
     from voiceserver.app import create_app
     from voiceserver.config import (
         DEFAULT_MODEL_CONFIG,
+        Limits,
         ServerConfig,
         config_for_checkpoint,
         load_model_config,
@@ -87,8 +96,13 @@ def serve(argv: list[str]) -> None:
     else:
         model_config = load_model_config(args.config or DEFAULT_MODEL_CONFIG, overrides)
     model_config = with_checkpoint(model_config, args.model)
+    try:
+        limits = parse_options(Limits, _overrides(args.limit), "limit")
+    except ValueError as exc:
+        raise SystemExit(f"--limit: {exc}") from None
     server = ServerConfig(
         host=args.host,
+        limits=limits,
         port=args.port,
         api_keys=tuple(args.api_key),
         voices_dir=args.voices_dir,

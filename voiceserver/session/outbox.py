@@ -70,6 +70,9 @@ class Outbox:
         self._items = kept
         self.queued_bytes = sum(q.size for q in kept)
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     @property
     def over_limit(self) -> bool:
         return self.queued_bytes > self.max_bytes

@@ -35,13 +35,11 @@ async def say_farewell(
     peer: Peer, messages: Sequence[str], code: int, reason: str, timeout_s: float = FAREWELL_S
 ) -> None:
     """Send ``messages`` and a close frame if the client takes them within ``timeout_s``;
-    then abort the connection either way, so nothing unsent is kept."""
+    else abort the connection, so nothing unsent is kept for a client that reads nothing."""
     try:
         async with asyncio.timeout(timeout_s):
             for text in messages:
                 await peer.send_text(text)
             await peer.close(code, reason[:120])
     except (TimeoutError, PeerGone):
-        pass
-    finally:
         peer.abort()

@@ -17,6 +17,8 @@ rely on its hooks (``on_message_begin``, ``on_headers_complete``,
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -72,7 +74,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _abort(self) -> None:
-        self.transport.abort()
+        abort(self.transport)
 
 
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -83,7 +85,23 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             set_abort(scope, self._abort)  # type: ignore[arg-type]
 
     def _abort(self) -> None:
-        self.transport.abort()
+        abort(self.transport)
+
+
+def abort(transport: asyncio.Transport) -> None:
+    """Reset the connection: the bytes our socket still holds are discarded too.
+
+    ``transport.abort()`` alone drops only the transport's own buffer; the
+    kernel would keep trying to deliver its send buffer (megabytes) to a client
+    that reads nothing. A zero linger time makes the close a reset.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass  # already closed
+    transport.abort()
 
 
 def http_protocol(header_timeout_s: float) -> type[GuardedHttpProtocol]:
