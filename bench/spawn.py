@@ -22,6 +22,12 @@ class SpawnedServer:
     """The WebSocket URL of the speech endpoint."""
     http: str
     log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    """The server process (None where it was not started here)."""
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -51,9 +57,11 @@ def spawn_server(
     port: int | None = None,
     host: str = "127.0.0.1",
     options: tuple[str, ...] = (),
+    args: tuple[str, ...] = (),
     start_timeout_s: float = 300.0,
 ) -> Iterator[SpawnedServer]:
     """Run ``voiceserver serve --config CONFIG`` until /health answers; stop it on exit.
+    ``options`` are model options (``--option``); ``args`` go to ``serve`` as they are.
 
     Raises RuntimeError (with the end of the server's log) when it exits early or does
     not become healthy in time.
@@ -64,6 +72,7 @@ def spawn_server(
     command += ["--host", host, "--port", str(port), "--log-level", "warning"]
     for option in options:
         command += ["--option", option]
+    command += list(args)
     log_dir = Path(tempfile.mkdtemp(prefix="voiceserver-bench-"))
     log_path = log_dir / "server.log"
     with log_path.open("wb") as log:
@@ -82,7 +91,7 @@ def spawn_server(
                     f"{_tail(log_path)}"
                 )
             time.sleep(0.2)
-        yield SpawnedServer(f"ws://{host}:{port}/v1/audio/speech/ws", http, log_path)
+        yield SpawnedServer(f"ws://{host}:{port}/v1/audio/speech/ws", http, log_path, proc)
     finally:
         _stop(proc)
 

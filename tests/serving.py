@@ -39,7 +39,7 @@ class RunningServer:
 
 @contextlib.contextmanager
 def run_server(
-    model_config: ModelConfig, server_config: ServerConfig | None = None
+    model_config: ModelConfig, server_config: ServerConfig | None = None, log_level: str = "warning"
 ) -> Iterator[RunningServer]:
     server_config = server_config or ServerConfig()
     server_config = replace(
@@ -50,7 +50,7 @@ def run_server(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(app, server_config, log_level="warning")
+    server = build_server(app, server_config, log_level=log_level)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
