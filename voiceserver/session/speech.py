@@ -368,12 +368,7 @@ class SpeechSession:
         try:
             while True:
                 item = await self._outbox.get()
-                if item is None:
-                    return
-                # A send that cannot complete means the client stopped reading.
-                async with asyncio.timeout(self._send_timeout):
-                    done = await self._write(item)
-                if done:
+                if item is None or await self._write(item):
                     return
         except TimeoutError:
             self.drop_client(
@@ -406,15 +401,20 @@ class SpeechSession:
             return True
         return False
 
+    # A send that cannot complete within the deadline means the client stopped reading.
+
     async def _send_text(self, data: str) -> None:
-        await self._peer.send_text(data)
+        async with asyncio.timeout(self._send_timeout):
+            await self._peer.send_text(data)
 
     async def _send_bytes(self, data: bytes) -> None:
-        await self._peer.send_bytes(data)
+        async with asyncio.timeout(self._send_timeout):
+            await self._peer.send_bytes(data)
 
     async def _peer_close(self, code: int, reason: str) -> None:
         with contextlib.suppress(PeerGone):
-            await self._peer.close(code, reason)
+            async with asyncio.timeout(self._send_timeout):
+                await self._peer.close(code, reason)
 
     async def _send_audio(self, ctx: LiveContext, chunk: AudioChunk) -> None:
         if ctx.gone:
