@@ -174,9 +174,9 @@ def _find_surrogate(value: Any, path: str) -> str | None:
         else ()
     )
     for key, item in items:
-        sub = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
         if isinstance(key, str) and _SURROGATE.search(key):
-            return sub
+            return path or "$"  # the key itself: name the object holding it
+        sub = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
         found = _find_surrogate(item, sub)
         if found is not None:
             return found
@@ -213,7 +213,11 @@ def validation_error(
         )
     if path == "type":
         tag = _UNKNOWN_TAG_RE.match(detail)
-        what = f"unknown message type {tag.group('value')}" if tag else "`type` must be a string"
+        what = (
+            f"unknown message type {shown(tag.group('value'))}"
+            if tag
+            else "`type` must be a string"
+        )
         return ProtocolError(
             ErrorCode.UNKNOWN_TYPE,
             f"{what}; known types: {', '.join(known_types)}",
@@ -223,14 +227,15 @@ def validation_error(
         leaf = re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[-1])
         values = allowed.get(leaf)
         if values is not None:
-            return unsupported(path, _literal(enum.group("value")), values)
+            value = _literal(enum.group("value"))
+            return unsupported(path, shown(value) if isinstance(value, str) else value, values)
         return ProtocolError(
             ErrorCode.UNSUPPORTED_VALUE,
-            f"`{path}`: unsupported value {enum.group('value')}",
+            f"`{path}`: unsupported value {shown(enum.group('value'))}",
             param=path,
         )
     return ProtocolError(
-        ErrorCode.INVALID_FIELD, f"invalid field `{path}`: {detail}", param=path or None
+        ErrorCode.INVALID_FIELD, f"invalid field `{path}`: {shown(detail, 200)}", param=path or None
     )
 
 
@@ -261,4 +266,16 @@ _ENVELOPE_KEYS = ("type", "event_id", "context_id")
 
 
 def _echoable(value: Any) -> str | None:
-    return value if isinstance(value, str) and len(value) <= ID_MAX_LEN else None
+    if not isinstance(value, str) or len(value) > ID_MAX_LEN or _SURROGATE.search(value):
+        return None  # a lone surrogate could not even be encoded in the reply
+    return value
+
+
+SHOWN_MAX = 64
+"""Longest rejected value an error message repeats."""
+
+
+def shown(value: str, limit: int = SHOWN_MAX) -> str:
+    """A rejected value as an error message may show it: short, and encodable."""
+    value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value if len(value) <= limit else value[: limit - 1] + "…"

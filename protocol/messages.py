@@ -50,7 +50,7 @@ BUFFER_MODES: tuple[str, ...] = get_args(BufferMode)
 SPEED_MIN = 0.25
 SPEED_MAX = 4.0
 CONTEXT_ID_MAX_LEN = 128
-CONTEXT_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+CONTEXT_ID_PATTERN = r"^[A-Za-z0-9_.:-]+\Z"  # \Z: "$" would let a final "\n" in
 ID_MAX_LEN = 256
 """Longest ``event_id`` / ``flush_id`` (they are echoed back)."""
 NAME_MAX_LEN = 256

@@ -4,7 +4,9 @@ It consumes its input one byte per frame while generating (like Qwen3-TTS's
 streaming-text mode), waits when text runs dry before the input is closed,
 and ends ``tail_frames`` after the last byte. Its vocoder is causal and
 stateful, so chunked decoding equals whole decoding exactly. The audio is
-noise-like but deterministic for a given seed and text.
+noise-like but deterministic for a given seed and text, bit for bit whatever
+else shares a batch: products are computed row by row, because a batched
+matrix product's rounding depends on the batch's size.
 """
 
 from __future__ import annotations
@@ -148,9 +150,9 @@ class TinyAR(ARModel):
                 emitting.append(state.tail_left > 0)
             slots.append(state.slot)
         index = torch.tensor(slots)
-        hidden = torch.tanh(self.embed[torch.tensor(tokens)] + self.state[index] @ self.w_h)
+        hidden = torch.tanh(self.embed[torch.tensor(tokens)] + _rows(self.state[index], self.w_h))
         self.state[index] = hidden
-        frames = (hidden @ self.w_out).numpy().astype(np.float32)
+        frames = _rows(hidden, self.w_out).numpy().astype(np.float32)
         outputs = []
         for row, state in enumerate(states):
             assert isinstance(state, TinyContext)
@@ -167,6 +169,13 @@ class TinyAR(ARModel):
                 StepOutput(frames[row : row + 1], finished=limit, unit_end=limit, hit_limit=limit)
             )
         return outputs
+
+
+def _rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight`` one row at a time: each row's result is independent of the others."""
+    if len(x) == 0:
+        return x.new_zeros((0, weight.shape[1]))
+    return torch.stack([row @ weight for row in x])
 
 
 class TinyVocoder(Vocoder):
@@ -196,7 +205,7 @@ class TinyVocoder(Vocoder):
                 item.stream["prev"] = chunk[-1].copy()
         cur = torch.from_numpy(np.concatenate(current))
         prev = torch.from_numpy(np.concatenate(previous))
-        audio = (0.5 * torch.tanh(cur @ self.a + prev @ self.b)).numpy()
+        audio = (0.5 * torch.tanh(_rows(cur, self.a) + _rows(prev, self.b))).numpy()
         out, row = [], 0
         for count in counts:
             out.append(audio[row : row + count].reshape(-1).astype(np.float32))

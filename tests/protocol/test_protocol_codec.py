@@ -11,6 +11,7 @@ from protocol import (
     TextAppend,
     decode_client,
     decode_server,
+    encode_server,
     error_to_message,
 )
 
@@ -269,3 +270,42 @@ def test_error_to_message():
         "e",
         False,
     )
+
+
+# --- hostile values: every error is encodable and short --------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "param"),
+    [
+        (r'{"type":"context.cancel","context_id":"a\ud800","event_id":"e1"}', "context_id"),
+        (r'{"type":"keepalive","event_id":"e1\ud800"}', "event_id"),
+        (r'{"type":"text.append","context_id":"a","text":"ok","flush_id":"f\udc00"}', "flush_id"),
+        (r'{"type":"keepalive","x":{"k\ud800":1}}', "x"),
+    ],
+)
+def test_lone_surrogates_anywhere_are_field_errors_that_encode(data, param):
+    err = _fails(data)
+    assert (err.code, err.param) == (E.INVALID_FIELD, param)
+    encoded = encode_server(error_to_message(err))  # would raise on a surrogate
+    assert "\\ud8" not in encoded and "\\udc" not in encoded
+
+
+def test_context_ids_may_not_end_in_a_newline():
+    err = _fails('{"type":"context.create","context_id":"a\\n"}')
+    assert (err.code, err.param) == (E.INVALID_FIELD, "context_id")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"type":"' + "t" * 10_000 + '","event_id":"e"}',
+        '{"type":"context.create","context_id":"a","output_format":{"encoding":"'
+        + "x" * 10_000
+        + '"}}',
+        '{"type":"keepalive","event_id":"' + "e" * 10_000 + '"}',
+    ],
+)
+def test_errors_do_not_repeat_long_values(data):
+    err = _fails(data)
+    assert len(encode_server(error_to_message(err))) < 600
