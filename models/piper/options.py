@@ -27,3 +27,9 @@ class PiperOptions:
     """How many contexts may hold state at once (Piper's state is tiny)."""
     threads: int = 0
     """onnxruntime intra-op threads per session; 0 lets onnxruntime choose."""
+    max_unit_ids: int = 400
+    """Most phoneme ids in one unit (one acoustic call). A longer sentence is cut
+    into several units, after punctuation, else between words, else anywhere;
+    shorter ones stay whole. The acoustic call's time and memory grow with the
+    square of its length (6,600 ids: ~25 s and +3 GB on 2 cores); 400 ids
+    (~200 phonemes, ~9 s of speech) is ~110 ms and +17 MB."""

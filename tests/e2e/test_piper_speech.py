@@ -61,9 +61,7 @@ async def test_streamed_words_equal_one_shot_segments(
     await client.close()
 
     segmenter = TextSegmenter(piper_server.runtime.model_config.segmenter)
-    segments = [s.text for s in segmenter.push(TEXT, 0.0)]
-    last = segmenter.flush()
-    segments += [last.text] if last else []
+    segments = [s.text for s in segmenter.push(TEXT, 0.0) + segmenter.flush()]
     assert len(segments) >= 2  # the first clause went ahead on its own
     reference = np.concatenate([one_shot(voice, s) for s in segments])
     got = as_float(bytes(client.got.audio["s"]))
@@ -156,9 +154,7 @@ def test_say_cli_writes_speech_equal_to_piper_one_shot(
         assert wav.getframerate() == 22050 and wav.getnchannels() == 1 and wav.getsampwidth() == 2
         got = as_float(wav.readframes(wav.getnframes()))
     segmenter = TextSegmenter(piper_server.runtime.model_config.segmenter)
-    segments = [s.text for s in segmenter.push(text, 0.0)]
-    last = segmenter.flush()
-    segments += [last.text] if last else []
+    segments = [s.text for s in segmenter.push(text, 0.0) + segmenter.flush()]
     reference = np.concatenate([one_shot(voice, s) for s in segments])
     assert len(got) == len(reference)
     assert snr_db(reference, got) >= 40.0
