@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 FAREWELL_S = 1.0
-"""How long a dropped client gets to receive its last messages and close frame."""
+"""How long a client cut at shutdown gets to receive its last messages and close frame
+(a slow reader gets the send deadline instead)."""
 
 
 class PeerGone(Exception):

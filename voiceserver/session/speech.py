@@ -52,7 +52,7 @@ from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.context import LiveContext
 from voiceserver.session.outbox import Outbox
-from voiceserver.session.peer import Peer, PeerGone, say_farewell
+from voiceserver.session.peer import FAREWELL_S, Peer, PeerGone, say_farewell
 from voiceserver.text.segmenter import Segment, TextSegmenter
 from voiceserver.text.words import WordStreamer
 
@@ -495,9 +495,13 @@ class SpeechSession:
 
     # -- teardown -----------------------------------------------------------
 
-    def drop_client(self, close_code: int, code: ErrorCode, message: str) -> None:
-        """End the session from the server's side now: free every context, say why
-        (if the client still reads within ``FAREWELL_S``), close, then abort."""
+    def drop_client(
+        self, close_code: int, code: ErrorCode, message: str, farewell_s: float | None = None
+    ) -> None:
+        """End the session from the server's side now: free every context, then say why
+        and close, if the client takes that within ``farewell_s`` (default: the send
+        deadline, so a client that still reads, however slowly, gets the reason); else
+        reset the connection."""
         if self.dropped or self.closed:
             return
         self.dropped = True
@@ -513,7 +517,10 @@ class SpeechSession:
         self._outbox.close()
         if self._writer is not None:
             self._writer.cancel()
-        self._farewell = asyncio.create_task(say_farewell(self._peer, errors, close_code, message))
+        timeout = self._send_timeout if farewell_s is None else farewell_s
+        self._farewell = asyncio.create_task(
+            say_farewell(self._peer, errors, close_code, message, timeout)
+        )
 
     def begin_drain(self) -> None:
         """The server is stopping: take no new contexts; close (1012) once idle."""
@@ -526,6 +533,7 @@ class SpeechSession:
             CloseCode.SERVICE_RESTART,
             ErrorCode.SERVER_SHUTDOWN,
             "the server shut down before this context finished",
+            FAREWELL_S,
         )
 
     @property

@@ -67,7 +67,7 @@ from voiceserver.audio.containers import encode_whole_file
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
-from voiceserver.session.peer import PeerGone, say_farewell
+from voiceserver.session.peer import FAREWELL_S, PeerGone, say_farewell
 from voiceserver.session.utterance import Utterance, UtteranceError
 from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
 from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
@@ -270,9 +270,10 @@ class CompatSession:
         self._drop(
             CloseCode.SERVICE_RESTART,
             "server_shutdown: the server shut down before the utterance finished",
+            FAREWELL_S,
         )
 
-    def _drop(self, code: CloseCode, message: str) -> None:
+    def _drop(self, code: CloseCode, message: str, farewell_s: float | None = None) -> None:
         """End the connection from the server's side now (slow reader, shutdown)."""
         if self.dropped:
             return
@@ -281,9 +282,14 @@ class CompatSession:
         self.rt.metrics.error(ENDPOINT, message.split(":", 1)[0])
         if self._worker is not None:
             self._worker.cancel()  # cancels the sentence in flight: its engine slot is freed
+        timeout = self.rt.server.limits.slow_reader_timeout_s if farewell_s is None else farewell_s
         self._farewell = asyncio.create_task(
             say_farewell(
-                self._peer, [encode_vllm_server(VllmError(message=message))], int(code), message
+                self._peer,
+                [encode_vllm_server(VllmError(message=message))],
+                int(code),
+                message,
+                timeout,
             )
         )
 
