@@ -21,6 +21,7 @@ from tqdm import tqdm
 from voiceclient import VoiceClient, VoiceServerError
 from voiceclient.server_info import list_models
 
+from bench.cli import add_report_arguments, add_speech_arguments, add_target_arguments
 from bench.measure import RequestResult
 from bench.report import format_table, machine_info, write_json, write_plot
 from bench.request import RequestSpec, run_request
@@ -29,7 +30,6 @@ from bench.stats import LevelResult
 from bench.texts import FIRST_CLAUSE_WORDS, SENTENCES, text_for
 from protocol.messages import PCM_SAMPLE_RATES
 
-DEFAULT_URL = "ws://127.0.0.1:8000/v1/audio/speech/ws"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FALLBACK_SAMPLE_RATE = 24000
 
@@ -43,23 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
             "real-time factor, underruns and throughput at the client."
         ),
     )
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument(
-        "--url", default=DEFAULT_URL, help=f"server to load (default {DEFAULT_URL})"
-    )
-    target.add_argument(
-        "--spawn",
-        metavar="CONFIG",
-        help="start `voiceserver serve --config CONFIG` on a free port, stop it at the end",
-    )
-    parser.add_argument(
-        "--server-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with --spawn: pass --option KEY=VALUE to the server",
-    )
-    parser.add_argument("--api-key", default=None)
+    add_target_arguments(parser, "load")
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -73,32 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="requests per level (default: 2 x concurrency, at least 4)",
     )
-    parser.add_argument(
-        "--tokens-per-s",
-        type=float,
-        default=0.0,
-        help="word pieces per second per session, like an LLM (default 0: as fast as possible)",
+    add_speech_arguments(
+        parser, warmup_help="unmeasured requests before the first level", timeout_s=120.0
     )
-    parser.add_argument("--voice", default=None, help="voice (default: the model's)")
-    parser.add_argument(
-        "--sample-rate",
-        type=int,
-        choices=PCM_SAMPLE_RATES,
-        default=None,
-        help="output rate (default: the model's own, so the server does not resample)",
-    )
-    parser.add_argument(
-        "--warmup", type=int, default=1, help="unmeasured requests before the first level"
-    )
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="JSON report (default bench/results/loadgen-TIME.json)",
-    )
-    parser.add_argument("--name", default=None, help="report name (default: the file's stem)")
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    add_report_arguments(parser, "loadgen")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 

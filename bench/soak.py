@@ -26,7 +26,8 @@ from voiceclient import VoiceClient, VoiceServerError
 from voiceclient.errors import VoiceConnectionError
 from voiceclient.server_info import get_json, http_base, list_models
 
-from bench.loadgen import DEFAULT_URL, FALLBACK_SAMPLE_RATE, RESULTS_DIR
+from bench.cli import add_report_arguments, add_speech_arguments, add_target_arguments
+from bench.loadgen import FALLBACK_SAMPLE_RATE, RESULTS_DIR
 from bench.measure import RequestResult
 from bench.procstat import ProcSample, open_files_limit, raise_open_files_limit, read_proc
 from bench.report import machine_info, write_json
@@ -62,30 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
             "Exits 1 when the server died, an idle socket was dropped or a request failed."
         ),
     )
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument(
-        "--url", default=DEFAULT_URL, help=f"server to soak (default {DEFAULT_URL})"
-    )
-    target.add_argument(
-        "--spawn",
-        metavar="CONFIG",
-        default=None,
-        help="start `voiceserver serve --config CONFIG` on a free port, stop it at the end",
-    )
-    parser.add_argument(
-        "--server-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with --spawn: pass --option KEY=VALUE to the server",
-    )
+    add_target_arguments(parser, "soak")
     parser.add_argument(
         "--server-pid",
         type=int,
         default=None,
         help="with --url: the server's process id, to sample its memory and open files",
     )
-    parser.add_argument("--api-key", default=None)
     parser.add_argument("--idle", type=int, default=1000, help="idle sessions (default 1000)")
     parser.add_argument(
         "--active", type=int, default=4, help="sessions that keep speaking (default 4)"
@@ -110,34 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="idle sessions opened concurrently, batch after batch (default 50)",
     )
     parser.add_argument(
-        "--tokens-per-s",
-        type=float,
-        default=0.0,
-        help="word pieces per second per active session (default 0: as fast as possible)",
-    )
-    parser.add_argument(
         "--pause-s", type=float, default=0.0, help="pause between an active session's requests"
     )
-    parser.add_argument("--voice", default=None, help="voice (default: the model's)")
-    parser.add_argument(
-        "--sample-rate",
-        type=int,
-        choices=PCM_SAMPLE_RATES,
-        default=None,
-        help="output rate (default: the model's own)",
+    add_speech_arguments(
+        parser, warmup_help="unmeasured requests before the idle sessions open", timeout_s=60.0
     )
-    parser.add_argument(
-        "--warmup", type=int, default=1, help="unmeasured requests before the idle sessions open"
-    )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     parser.add_argument(
         "--sample-s", type=float, default=1.0, help="seconds between samples (default 1)"
     )
-    parser.add_argument(
-        "--out", type=Path, default=None, help="JSON report (default bench/results/soak-TIME.json)"
-    )
-    parser.add_argument("--name", default=None, help="report name (default: the file's stem)")
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    add_report_arguments(parser, "soak")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 
