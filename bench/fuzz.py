@@ -1,8 +1,8 @@
 """Protocol fuzzer against a spawned (or running) server: 10,000+ hostile messages.
 
 Run ``python -m bench.fuzz --messages 10000 [--seed N]``; the generators, the driver and
-the oracles live in :mod:`bench.fuzzing` (shared with tests/e2e/test_protocol_fuzz.py),
-and bench/README.md explains the output.
+the oracles live in the :mod:`bench.fuzzing` package (shared with
+tests/e2e/test_protocol_fuzz.py), and bench/README.md explains the output.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import json
 import math
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,22 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _spawned_pid(server: Any) -> int | None:
-    """The spawned server's pid: from bench.spawn where it says, else our only child."""
-    pid = getattr(server, "pid", None)
-    if pid is not None:
-        return int(pid)
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            children.append(int(stat.parent.name))
-    return children[0] if len(children) == 1 else None
-
-
 @contextmanager
 def _target(args: argparse.Namespace) -> Iterator[tuple[str, Callable[[], float] | None]]:
     if args.url:
@@ -102,8 +85,7 @@ def _target(args: argparse.Namespace) -> Iterator[tuple[str, Callable[[], float]
         yield args.url.rstrip("/"), cpu
         return
     with spawn_server(args.config, options=tuple(args.server_option)) as server:
-        pid = _spawned_pid(server)
-        yield server.http, process_cpu_seconds(pid) if pid else None
+        yield server.http, process_cpu_seconds(server.pid) if server.pid else None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from voiceclient.server_info import list_models
 from bench.cli import add_report_arguments, add_speech_arguments, add_target_arguments
 from bench.measure import RequestResult
 from bench.report import format_table, machine_info, write_json, write_plot
-from bench.request import RequestSpec, run_request
+from bench.request import RequestSpec, failed_request, run_request
 from bench.spawn import spawn_server
 from bench.stats import LevelResult
 from bench.texts import FIRST_CLAUSE_WORDS, SENTENCES, text_for
@@ -69,26 +69,6 @@ def requests_for(concurrency: int, requested: int | None) -> int:
     return requested if requested is not None else max(4, 2 * concurrency)
 
 
-def _failed(index: int, concurrency: int, error: str) -> RequestResult:
-    now = time.monotonic()
-    text = text_for(index)
-    return RequestResult(
-        index=index,
-        concurrency=concurrency,
-        words=len(text.split()),
-        chars=len(text),
-        started_at=now,
-        flush_at=now,
-        first_audio_at=None,
-        last_audio_at=None,
-        audio_s=0.0,
-        chunks=0,
-        underruns=0,
-        stall_ms=0.0,
-        error=error,
-    )
-
-
 async def run_level(
     url: str,
     api_key: str | None,
@@ -109,7 +89,7 @@ async def run_level(
                     vc = await VoiceClient.connect(url, api_key)
                     clients.append(vc)
                 except VoiceServerError as err:
-                    results.append(_failed(index, concurrency, f"{err.code}: {err.message}"))
+                    results.append(failed_request(index, concurrency, f"{err.code}: {err.message}"))
                     progress.update(1)
                     continue
             result = await run_request(vc, text_for(index), spec, index, concurrency)

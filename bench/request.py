@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from voiceclient import VoiceClient, VoiceContext, VoiceServerError
 
 from bench.measure import Arrival, RequestResult, count_underruns
-from bench.texts import FIRST_CLAUSE_WORDS, word_pieces
+from bench.texts import FIRST_CLAUSE_WORDS, text_for, word_pieces
 from protocol.messages import OutputFormat
 
 BYTES_PER_SAMPLE = 2  # the bench always asks for pcm_s16le
@@ -100,3 +100,24 @@ async def _sleep_until(deadline: float) -> None:
     delay = deadline - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
+
+
+def failed_request(index: int, concurrency: int, error: str) -> RequestResult:
+    """The result of request ``index`` that failed before any audio."""
+    now = time.monotonic()
+    text = text_for(index)
+    return RequestResult(
+        index=index,
+        concurrency=concurrency,
+        words=len(text.split()),
+        chars=len(text),
+        started_at=now,
+        flush_at=now,
+        first_audio_at=None,
+        last_audio_at=None,
+        audio_s=0.0,
+        chunks=0,
+        underruns=0,
+        stall_ms=0.0,
+        error=error,
+    )

@@ -31,7 +31,7 @@ from bench.loadgen import FALLBACK_SAMPLE_RATE, RESULTS_DIR
 from bench.measure import RequestResult
 from bench.procstat import ProcSample, open_files_limit, raise_open_files_limit, read_proc
 from bench.report import machine_info, write_json
-from bench.request import RequestSpec, run_request
+from bench.request import RequestSpec, failed_request, run_request
 from bench.soak_report import (
     fit_line,
     format_summary,
@@ -158,26 +158,6 @@ async def _lost_error(client: VoiceClient) -> VoiceServerError | None:
 
 def _code_key(code: int | None) -> str:
     return str(code) if code is not None else "none"
-
-
-def _failed(index: int, concurrency: int, error: str) -> RequestResult:
-    now = time.monotonic()
-    text = text_for(index)
-    return RequestResult(
-        index=index,
-        concurrency=concurrency,
-        words=len(text.split()),
-        chars=len(text),
-        started_at=now,
-        flush_at=now,
-        first_audio_at=None,
-        last_audio_at=None,
-        audio_s=0.0,
-        chunks=0,
-        underruns=0,
-        stall_ms=0.0,
-        error=error,
-    )
 
 
 class Soak:
@@ -309,7 +289,9 @@ class Soak:
                     except VoiceServerError as err:
                         client = None
                         self.results.append(
-                            _failed(next(counter), self.args.active, f"{err.code}: {err.message}")
+                            failed_request(
+                                next(counter), self.args.active, f"{err.code}: {err.message}"
+                            )
                         )
                         await self._pause(FAILURE_BACKOFF_S)
                         continue
