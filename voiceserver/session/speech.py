@@ -248,9 +248,8 @@ class SpeechSession:
         ctx.chars += len(event.text)
         ctx.tracker.text_arrived()
         if ctx.words is not None:
-            ready = ctx.words.push(event.text)
-            if ready:
-                self.rt.engine.submit(AppendText(ctx.cid, ready))
+            for piece in ctx.words.push(event.text):
+                self.rt.engine.submit(AppendText(ctx.cid, piece))
         else:
             assert ctx.segmenter is not None
             self._submit_segments(ctx, ctx.segmenter.push(event.text, time.monotonic()))
@@ -282,8 +281,7 @@ class SpeechSession:
         """Everything the context still buffers, as pieces of bounded size."""
         ctx.cancel_timer()
         if ctx.words is not None:
-            text = ctx.words.flush()
-            return [text] if text else []
+            return ctx.words.flush()
         assert ctx.segmenter is not None
         return [segment.text for segment in ctx.segmenter.flush()]
 

@@ -98,9 +98,8 @@ class Utterance:
         self.chars += len(text)
         self.tracker.text_arrived()
         if self._words is not None:
-            ready = self._words.push(text)
-            if ready:
-                self.rt.engine.submit(AppendText(self.cid, ready))
+            for piece in self._words.push(text):
+                self.rt.engine.submit(AppendText(self.cid, piece))
             return
         assert self._segmenter is not None
         for segment in self._segmenter.push(text, time.monotonic()):
@@ -126,8 +125,7 @@ class Utterance:
     def _take_rest(self) -> list[str]:
         """What is still buffered, in pieces of bounded size."""
         if self._words is not None:
-            text = self._words.flush()
-            return [text] if text else []
+            return self._words.flush()
         assert self._segmenter is not None
         return [segment.text for segment in self._segmenter.flush()]
 

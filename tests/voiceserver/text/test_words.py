@@ -17,15 +17,14 @@ TEXTS = [
 ]
 
 
-def stream(text: str, seed: int) -> list[str]:
+def stream(text: str, seed: int, max_chars: int = 400) -> list[str]:
     rng = random.Random(seed)
-    streamer, pieces, i = WordStreamer(), [], 0
+    streamer, pieces, i = WordStreamer(max_chars), [], 0
     while i < len(text):
         j = min(len(text), i + rng.randint(1, 6))
-        pieces.append(streamer.push(text[i:j]))
+        pieces += streamer.push(text[i:j])
         i = j
-    pieces.append(streamer.flush())
-    return [p for p in pieces if p]
+    return pieces + streamer.flush()
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -41,10 +40,31 @@ def test_pieces_rejoin_and_split_before_words(text: str, seed: int) -> None:
 
 def test_partial_word_is_held_back() -> None:
     streamer = WordStreamer()
-    assert streamer.push("Hel") == ""
-    assert streamer.push("lo wor") == "Hello"
-    assert streamer.push("ld ") == " world"
-    assert streamer.flush() == " "
+    assert streamer.push("Hel") == []
+    assert streamer.push("lo wor") == ["Hello"]
+    assert streamer.push("ld ") == [" world"]
+    assert streamer.flush() == [" "]
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(
+    "text",
+    [
+        "你好我们走吧" * 100,
+        "a" * 1000 + " tail",
+        "你好，我们走吧。" * 60 + " end",
+        "x " + "y" * 450,
+    ],
+)
+def test_no_run_without_whitespace_exceeds_the_cap(text: str, seed: int) -> None:
+    """A long word (CJK, garbage) is released in bounded pieces, so no tokenizer call
+    on the engine thread gets an unbounded word."""
+    pieces = stream(text, seed, max_chars=50)
+    assert "".join(pieces) == text
+    for piece in pieces:
+        assert max(len(word) for word in piece.split()) <= 50, piece
+    if "，" in text:  # cut after punctuation where there is one
+        assert all(p.endswith(("，", "。")) for p in pieces[:-2]), pieces[:4]
 
 
 @pytest.fixture(scope="module")
