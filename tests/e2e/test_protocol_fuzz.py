@@ -1,4 +1,4 @@
-"""The protocol fuzzer (bench/fuzzing.py) over real sockets against the tiny model.
+"""The protocol fuzzer (the bench/fuzzing/ package) over real sockets against the tiny model.
 
 One derandomized run per module: a few thousand hypothesis-generated hostile messages
 on /v1/audio/speech/ws and /v1/audio/speech/stream, from several sessions at once,
