@@ -14,11 +14,13 @@ The server runs in its own process, so its peak RSS (VmHWM) is its own.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 
 from bench.spawn import SpawnedServer, spawn_server
 from tests.wsclient import Client
@@ -92,3 +94,26 @@ async def test_http_request_of_a_long_cjk_text(piper: SpawnedServer) -> None:
     await asyncio.sleep(1.0)
     assert peak - base < PEAK_GROWTH_MB, (base, peak)
     assert status_mb(piper.pid, "VmRSS") - base < PEAK_GROWTH_MB / 2
+
+
+async def test_vllm_socket_without_split_cuts_a_long_text(piper: SpawnedServer) -> None:
+    """``split_granularity: none`` waits for ``input.done``, then speaks the text as
+    sentences of bounded size, not as one unbounded segment."""
+    assert piper.pid is not None
+    base = await warm_up(piper)
+    url = piper.url.replace("/v1/audio/speech/ws", "/v1/audio/speech/stream")
+    async with websockets.connect(url, max_size=None) as ws:
+        config = {"type": "session.config", "split_granularity": "none", "response_format": "pcm"}
+        await ws.send(json.dumps(config | {"stream_audio": True}))
+        await ws.send(json.dumps({"type": "input.text", "text": CJK}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        starts: list[dict[str, object]] = []
+        async with asyncio.timeout(120):
+            while len(starts) < 2:  # the second sentence starts: the first one was spoken
+                data = await ws.recv()
+                if isinstance(data, str) and json.loads(data)["type"] == "audio.start":
+                    starts.append(json.loads(data))
+        peak = status_mb(piper.pid, "VmHWM")
+    for start in starts:
+        assert 0 < len(str(start["sentence_text"])) <= 400
+    assert peak - base < PEAK_GROWTH_MB, (base, peak)
