@@ -1,4 +1,4 @@
-"""Wire protocol v1 (docs/PROTOCOL.md): messages, codec, binary audio frames, and the
+"""Wire protocol v1 (docs/protocol.md): messages, codec, binary audio frames, and the
 sans-I/O session state machines. Imports nothing of the project but itself.
 
 The vllm-omni compatibility message set lives in :mod:`protocol.compat_vllm`.

@@ -1,4 +1,4 @@
-"""Every message of wire protocol v1 (docs/PROTOCOL.md), as msgspec Structs.
+"""Every message of wire protocol v1 (docs/protocol.md), as msgspec Structs.
 
 Client and server messages are two tagged unions keyed by the ``type`` field
 (:data:`ClientMessage`, :data:`ServerMessage`); the tag of each Struct is its wire

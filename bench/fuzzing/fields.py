@@ -160,7 +160,7 @@ def cid_variants() -> list[tuple[str, Any, str, Verdict]]:
         ("slash", Cid("a", tail="/b"), "invalid", invalid),
         ("accent", Cid("a", tail="\u00e9"), "invalid", invalid),
         ("nul", Cid("a", tail="\x00"), "invalid", invalid),
-        # PROTOCOL.md's grammar is ^[A-Za-z0-9_.:-]+$ for the whole id: no newline.
+        # docs/protocol-extensions.md's grammar is ^[A-Za-z0-9_.:-]+$ for the whole id: no newline.
         ("trailing-newline", Cid("a", tail="\n"), "invalid", invalid),
         ("rtl", Cid("a", tail="\u202e"), "invalid", invalid),
         ("emoji", Cid("a", tail="\U0001f600"), "invalid", invalid),

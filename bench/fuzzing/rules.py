@@ -1,4 +1,4 @@
-"""What the fuzzer knows about the protocol (PROTOCOL.md, protocol-extensions.md): limits,
+"""What the fuzzer knows about the protocol (docs/protocol.md, docs/protocol-extensions.md): limits,
 value domains and close codes, as the documents give them, never read from the server."""
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def too_many(draw: st.DrawFn, facts: ServerFacts) -> Step:
             append_msg("c-implicit", "one too many "),
             bad("too_many_contexts"),
         ),
-        # PROTOCOL.md: a cancelled context stops counting at once.
+        # docs/protocol.md: a cancelled context stops counting at once.
         probe("too-many.cancel-one", cancel_msg(Cid("c0"))),
         probe("too-many.create-after-cancel", create_msg("c-late")),
     ]

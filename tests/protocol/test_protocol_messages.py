@@ -1,5 +1,5 @@
 """Every v1 message round-trips through the codec, both directions, with the wire shape
-PROTOCOL.md describes."""
+docs/protocol.md describes."""
 
 import json
 
