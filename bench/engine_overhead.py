@@ -1,9 +1,9 @@
 """Engine overhead: host time per engine step with a zero-cost stand-in model.
 
-The stand-in returns ready-made arrays (one frame per context per step, zero
-audio), so what is timed is the engine itself: scheduling, bookkeeping, the
-vocoder loop's batching, and delivering events to an event loop (one
-``call_soon_threadsafe`` hop into a running asyncio loop, as sessions do).
+The stand-in runner returns ready-made arrays (one frame per context per step,
+zero audio), so what is timed is the engine itself: scheduling, bookkeeping,
+the vocoder loop's batching, and delivering events to the real EngineClient on
+an event loop in another thread (one hop per step), as the server does.
 
     python -m bench.engine_overhead --contexts 10 100 1000 4000 --steps 200
 
@@ -18,7 +18,7 @@ import json
 import platform
 import threading
 import time
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,48 +29,35 @@ import numpy as np
 from bench.loadgen import RESULTS_DIR
 from bench.stats import summarize
 from models.base import (
-    ARModel,
     Capabilities,
-    ContextState,
     DecodeItem,
     LoadedModel,
-    StepOutput,
+    ModelRunner,
+    Prepared,
+    StepPlan,
+    StepResult,
     SynthParams,
-    TextFrontend,
     Vocoder,
     VoiceInfo,
 )
+from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineConfig, EngineCore
-from voiceserver.engine.messages import AppendText, EngineEvent, OpenContext
 
 FRAME_DIM = 16
 SAMPLES_PER_FRAME = 1920
 SAMPLE_RATE = 24000
 
 
-class _Frontend(TextFrontend):
-    def encode(self, text: str, params: SynthParams) -> list[list[int]]:
-        return [[1]]
+class StandInRunner(ModelRunner):
+    """Every stepped slot yields one ready-made frame; nothing ever ends."""
 
-
-class _Context(ContextState):
-    def feed(self, units: list[list[int]]) -> None:
-        pass
-
-    def close_input(self) -> None:
-        pass
-
-    @property
-    def has_work(self) -> bool:
-        return True
-
-
-class StandInAR(ARModel):
-    """Every context always has work and yields one ready-made frame per step."""
+    frame_dim = FRAME_DIM
+    frame_dtype = np.int64
+    prepares_inline = True
+    encodes_inline = True
 
     def __init__(self, slots: int) -> None:
         self._slots = slots
-        self.frontend = _Frontend()
         self.capabilities = Capabilities(
             family="stand-in",
             sample_rate=SAMPLE_RATE,
@@ -78,34 +65,43 @@ class StandInAR(ARModel):
             voices=(VoiceInfo("v"),),
             streaming_text=True,
         )
-        self._frame = np.zeros((1, FRAME_DIM), np.float32)
+        self._frames = np.zeros((slots, FRAME_DIM), np.int64)
+        self._ones = np.ones(slots, np.int64)
+        self._no = np.zeros(slots, bool)
 
     @property
-    def max_contexts(self) -> int:
+    def max_slots(self) -> int:
         return self._slots
 
     def validate(self, params: SynthParams) -> None:
         pass
 
-    def open(self, params: SynthParams) -> ContextState:
-        return _Context()
+    def prepare(self, params: SynthParams) -> Prepared:
+        return Prepared()
 
-    def close(self, state: ContextState) -> None:
-        pass
+    def encode_text(self, text: str) -> list[np.ndarray]:
+        return [np.ones(1, np.int64)]
 
-    def step(self, states: list[ContextState]) -> list[StepOutput]:
-        return [StepOutput(self._frame) for _ in states]
+    def execute(self, plan: StepPlan) -> StepResult:
+        n = len(plan.step)
+        no = self._no[:n]
+        return StepResult(self._ones[:n], self._frames[:n], no, no, no, no)
 
 
 class StandInVocoder(Vocoder):
+    """Silence for every chunk: views of one buffer, so the stand-in costs nothing."""
+
     sample_rate = SAMPLE_RATE
     samples_per_frame = SAMPLES_PER_FRAME
 
-    def new_stream(self) -> None:
+    def __init__(self, max_chunk_frames: int) -> None:
+        self._silence = np.zeros(max_chunk_frames * SAMPLES_PER_FRAME, np.float32)
+
+    def new_stream(self, conditioning: Any = None) -> None:
         return None
 
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
-        return [np.zeros((i.end - i.start) * SAMPLES_PER_FRAME, np.float32) for i in items]
+        return [self._silence[: i.chunk_frames * SAMPLES_PER_FRAME] for i in items]
 
 
 @dataclass
@@ -122,43 +118,50 @@ def _start_loop() -> _Loop:
     return _Loop(loop, thread)
 
 
-def _sink(target: _Loop) -> Callable[[EngineEvent], None]:
-    def on_loop(event: EngineEvent) -> None:
-        target.delivered += 1
+def measure(contexts: int, steps: int, max_chunk_frames: int = 16) -> dict[str, Any]:
+    """Drive the engine step by step (no engine thread) and time each step; its
+    events go to a real EngineClient on an event loop in another thread.
 
-    def sink(event: EngineEvent) -> None:
-        target.loop.call_soon_threadsafe(on_loop, event)
-
-    return sink
-
-
-def measure(contexts: int, steps: int) -> dict[str, Any]:
-    """Drive the engine step by step (no engine thread) and time each step."""
-    model = LoadedModel(StandInAR(contexts), StandInVocoder())
+    Chunks start at one frame and double up to ``max_chunk_frames`` (Qwen3-TTS's
+    setting); contexts arrive over the first ``max_chunk_frames`` steps, as
+    requests do, so their chunks do not all fall due in the same step."""
+    model = LoadedModel(StandInRunner(contexts), StandInVocoder(max_chunk_frames))
     config = EngineConfig(
         max_ar_batch=contexts,
         max_vocoder_batch=contexts,
         first_chunk_frames=1,
-        max_chunk_frames=1,
+        max_chunk_frames=max_chunk_frames,
         max_lead_s=1e9,
+        admission_load=0.0,
     )
     engine = EngineCore(model, config)
-    loop = _start_loop()
-    sink = _sink(loop)
-    params = SynthParams(voice="v")
-    for _ in range(contexts):
-        cid = engine.new_cid()
-        engine.submit(OpenContext(cid, params, sink, max_lead_s=1e9))
-        engine.submit(AppendText(cid, "x"))
+    target = _start_loop()
+
+    def on_event(event: object) -> None:
+        target.delivered += 1
+
+    client: list[EngineClient] = []
+
+    async def attach() -> None:
+        client.append(EngineClient(engine, asyncio.get_running_loop(), ThreadPoolExecutor(1)))
+
+    async def open_some(n: int) -> None:
+        for _ in range(n):
+            client[0].open(SynthParams(voice="v"), on_event, max_lead_s=1e9).append("x")
+
+    asyncio.run_coroutine_threadsafe(attach(), target.loop).result()
+    waves = np.diff(np.linspace(0, contexts, max_chunk_frames + 1).round().astype(int))
     times: list[float] = []
-    for _ in range(steps):
+    for step in range(steps + len(waves)):
+        if step < len(waves):
+            asyncio.run_coroutine_threadsafe(open_some(int(waves[step])), target.loop).result()
         t0 = time.perf_counter()
-        engine._drain(block=False)  # noqa: SLF001 - the engine's own loop body, unthreaded
-        engine._iteration()  # noqa: SLF001
+        engine.drain()
+        engine.step()
         times.append(time.perf_counter() - t0)
-    loop.loop.call_soon_threadsafe(loop.loop.stop)
-    loop.thread.join(5)
-    measured = times[steps // 10 :]  # the first steps admit everyone
+    target.loop.call_soon_threadsafe(target.loop.stop)
+    target.thread.join(5)
+    measured = times[len(waves) + max_chunk_frames :]  # everyone admitted, chunks at full size
     summary = summarize(measured)
     p50, p99 = summary["p50"] or 0.0, summary["p99"] or 0.0
     return {
@@ -167,7 +170,7 @@ def measure(contexts: int, steps: int) -> dict[str, Any]:
         "step_ms_p50": 1000 * p50,
         "step_ms_p99": 1000 * p99,
         "per_context_us_p50": 1e6 * p50 / contexts,
-        "events_delivered": loop.delivered,
+        "events_delivered": target.delivered,
     }
 
 

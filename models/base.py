@@ -1,13 +1,18 @@
 """The small interfaces every model family implements.
 
-A model is split in stages so one engine can drive every family:
+A model is two stages the engine drives, batched over contexts:
 
-- ``TextFrontend``: text segment -> units of input token ids (phonemes, BPE ids).
-- ``ARModel``: input tokens -> frames (codec codes, latent frames), one engine
-  step at a time, batched over contexts. A family that produces a whole
-  segment per step (Piper's acoustic stage) and one that produces one frame
-  per step (Qwen3-TTS's talker) both fit: a step returns 0..N frames per context.
-- ``Vocoder``: frames -> waveform, in chunks, batched over contexts.
+- ``ModelRunner``: input ids -> frames (codec codes, latent frames). The engine
+  hands it a :class:`StepPlan` of slot arrays (free these, admit these with their
+  prepared inputs, feed these their new text, step these) and gets a
+  :class:`StepResult` of arrays back: one step of every listed slot, in one call.
+  What runs before a context's first step (voice resolution, reference audio,
+  clone encoding, tokenizing instructions) is :meth:`ModelRunner.prepare`, and
+  text -> ids is :meth:`ModelRunner.encode_text`; both run in worker threads,
+  never on the engine thread or the event loop. Per-slot state (KV caches,
+  sampling settings, pending text) lives inside the runner, indexed by slot.
+- ``Vocoder``: frames -> waveform, in chunks, batched over contexts; a context's
+  decoder conditioning goes in through ``new_stream(conditioning)``.
 
 The server never imports a family directly: ``models.registry`` maps a family
 name to an import string, and the engine only sees these interfaces. Nothing
@@ -92,59 +97,74 @@ class SynthParams:
     """Family-specific settings (sampling, reference audio, ...)."""
 
 
-class TextFrontend(ABC):
-    """Turns a text segment into units of input ids.
-
-    A unit is a run of ids the model synthesises as one piece (Piper: one
-    sentence as espeak splits it). Runs on the engine thread, never on the
-    event loop.
-    """
-
-    @abstractmethod
-    def encode(self, text: str, params: SynthParams) -> list[list[int]]:
-        """Return the units of ``text`` (possibly none for whitespace)."""
-
-
 @dataclass
-class StepOutput:
-    """What one engine step produced for one context."""
+class Prepared:
+    """Everything a context needs before its first step, made by
+    :meth:`ModelRunner.prepare` off the engine thread. Families subclass it
+    with their own inputs (host data: ids, arrays, settings)."""
 
-    frames: np.ndarray
-    """[n, D] new frames (n may be 0); dtype is the model's frame dtype."""
-    unit_end: bool = False
-    """The last of ``frames`` closes a unit: the vocoder may treat it as a hard
-    boundary (no right context across it)."""
-    finished: bool = False
-    """The context has produced everything it will (EOS after input closed)."""
-    hit_limit: bool = False
-    """Finished because ``max_frames_per_context`` was reached, not by EOS."""
+    conditioning: Any = None
+    """Handed to ``Vocoder.new_stream``: the context's decoder conditioning
+    (a clone's reference codes, a speaker embedding...), or None."""
 
 
-class ContextState(ABC):
-    """Per-context model state (KV slot, pending input, sampling RNG...).
+@dataclass(frozen=True)
+class Admit:
+    """Start a context in a free slot."""
 
-    Created by ``ARModel.open``; fed by the engine; stepped by ``ARModel.step``.
+    slot: int
+    prepared: Prepared
+
+
+@dataclass(frozen=True)
+class Feed:
+    """New input of a running slot: units of ids (text that arrived), and
+    ``close`` when no more will come (``context.end``)."""
+
+    slot: int
+    units: tuple[np.ndarray, ...] = ()
+    close: bool = False
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One engine step, applied in this order: ``free``, ``admit``, ``feed``, ``step``."""
+
+    free: np.ndarray
+    """int64 slots whose contexts ended or were cancelled: forget them."""
+    admit: tuple[Admit, ...]
+    feed: tuple[Feed, ...]
+    step: np.ndarray
+    """int64 slots to advance by one step (slots admitted in this plan may be here)."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step made, one row per slot of ``StepPlan.step``, in its order.
+
+    ``frames`` holds every row's new frames back to back (``counts`` per row),
+    copied to the host once for the whole step.
     """
 
-    @abstractmethod
-    def feed(self, units: list[list[int]]) -> None:
-        """Append input units (text that arrived)."""
+    counts: np.ndarray
+    """int64 frames each row made (0 when it could not progress)."""
+    frames: np.ndarray
+    """[counts.sum(), frame_dim] of the runner's ``frame_dtype``."""
+    unit_end: np.ndarray
+    """bool: the row's last frame closes a unit (the vocoder gets no right
+    context across it)."""
+    finished: np.ndarray
+    """bool: the context has made everything it will (EOS after the input
+    closed, or a limit); its slot is freed by a later plan."""
+    hit_limit: np.ndarray
+    """bool: finished by a frame or capacity limit, not by its natural end."""
+    waiting: np.ndarray
+    """bool: the row cannot progress until it is fed (or its input closes)."""
 
-    @abstractmethod
-    def close_input(self) -> None:
-        """No more input will come (``context.end``)."""
-
-    @property
-    @abstractmethod
-    def has_work(self) -> bool:
-        """True when a step would make progress now (input pending, or
-        generation under way). False while starved for text or finished."""
-
-    @property
-    def decoder_prefix(self) -> np.ndarray | None:
-        """Frames the vocoder must run through before this context's own
-        (a voice clone's reference codes), or None. Their audio is dropped."""
-        return None
+    @classmethod
+    def empty(cls, frame_dim: int, dtype: Any) -> StepResult:
+        no = np.zeros(0, dtype=bool)
+        return cls(np.zeros(0, np.int64), np.zeros((0, frame_dim), dtype), no, no, no, no)
 
 
 @dataclass(frozen=True)
@@ -160,32 +180,49 @@ class ClonedVoice:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-class ARModel(ABC):
-    """The generating stage, batched over contexts."""
+class ModelRunner(ABC):
+    """The generating stage of a family, batched over slots."""
 
     capabilities: Capabilities
-    frontend: TextFrontend
+    frame_dim: int
+    """Width of one frame row."""
+    frame_dtype: Any
+    """numpy dtype of frames (int64 codes, float32 latents)."""
+    max_frames_per_step: int = 1
+    """Most frames one row of a step makes (the engine's frame buffers hold this
+    much more than its vocoder needs); a runner with more keeps the rest for
+    the next steps."""
+    prepares_inline: bool = False
+    """``prepare`` takes microseconds (no audio, no encoders): call it in place
+    rather than hop to a worker thread."""
+    encodes_inline: bool = False
+    """``encode_text`` takes microseconds (a tokenizer call): call it in place."""
 
     @property
     @abstractmethod
-    def max_contexts(self) -> int:
+    def max_slots(self) -> int:
         """How many contexts can hold state at once (KV slots)."""
 
     @abstractmethod
     def validate(self, params: SynthParams) -> None:
-        """Raise ModelInputError when ``params`` cannot be served."""
+        """Raise ModelInputError when ``params`` cannot be served. Cheap and pure:
+        it may run on the event loop (no decoding, no tokenizing)."""
 
     @abstractmethod
-    def open(self, params: SynthParams) -> ContextState:
-        """Allocate state for a new context (a free slot is guaranteed)."""
+    def prepare(self, params: SynthParams) -> Prepared:
+        """Everything a context needs before its first step (may be slow: decode
+        reference audio, encode a clone, tokenize instructions). Runs in a worker
+        thread; raises ModelInputError naming the field."""
 
     @abstractmethod
-    def close(self, state: ContextState) -> None:
-        """Free the state's resources (slot) at once."""
+    def encode_text(self, text: str) -> list[np.ndarray]:
+        """Units of input ids for a text segment (possibly none for whitespace).
+        Runs in a worker thread, in the order the text arrived; raises
+        ModelInputError for text the model cannot take."""
 
     @abstractmethod
-    def step(self, states: list[ContextState]) -> list[StepOutput]:
-        """Advance every given context (each has ``has_work``) by one step."""
+    def execute(self, plan: StepPlan) -> StepResult:
+        """Apply ``plan`` and step its ``step`` slots once, batched."""
 
     def clone_voice(
         self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False
@@ -209,21 +246,23 @@ class ARModel(ABC):
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeItem:
     """One context's chunk for one batched vocoder call.
 
-    ``frames`` holds the current unit's frames so far (from frame 0 of the
-    unit, or from ``frames_offset`` when old frames were trimmed); the chunk
-    to emit is ``[start, end)`` in unit frame indices.
+    ``frames`` is the chunk with ``left`` frames of context before it and
+    ``right`` after it (never across a unit boundary); the audio of
+    ``frames[left : len(frames) - right]`` is wanted.
     """
 
     stream: Any
     frames: np.ndarray
-    start: int
-    end: int
-    unit_closed: bool
-    frames_offset: int = 0
+    left: int = 0
+    right: int = 0
+
+    @property
+    def chunk_frames(self) -> int:
+        return len(self.frames) - self.left - self.right
 
 
 class Vocoder(ABC):
@@ -233,38 +272,32 @@ class Vocoder(ABC):
     samples_per_frame: int
     right_context: int = 0
     """Frames after a chunk that must exist before the chunk is decoded
-    (unless the unit is closed). 0 for causal decoders."""
+    (unless its unit is closed). 0 for causal decoders."""
     left_context: int = 0
-    """Frames before a chunk the decoder looks at (window decoders); the
-    engine keeps at least this many old frames."""
+    """Frames before a chunk the decoder looks at (window decoders)."""
 
     @abstractmethod
-    def new_stream(self) -> Any:
-        """Per-context decoder state (conv histories...), or None if stateless."""
+    def new_stream(self, conditioning: Any = None) -> Any:
+        """Per-context decoder state (conv histories...), or None if stateless.
+        ``conditioning`` is the context's ``Prepared.conditioning``: a family's
+        decoder may be primed with it here (a clone's reference codes)."""
 
     @abstractmethod
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
         """Decode every item's chunk; return float32 mono samples in [-1, 1],
-        ``(end - start) * samples_per_frame`` samples per item."""
-
-    def prime(self, stream: Any, frames: np.ndarray) -> None:
-        """Run ``frames`` through a fresh stream, discarding their audio.
-
-        Called once, before any decode, for a context whose state has a
-        ``decoder_prefix``; only vocoders of models that set one implement it."""
-        raise NotImplementedError(f"{type(self).__name__} cannot be primed")
+        ``item.chunk_frames * samples_per_frame`` samples per item."""
 
 
 @dataclass
 class LoadedModel:
     """What a family's ``load`` returns to the server."""
 
-    ar: ARModel
+    runner: ModelRunner
     vocoder: Vocoder
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.ar.capabilities
+        return self.runner.capabilities
 
 
 def parse_options(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:

@@ -31,6 +31,7 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
         if not server.api_keys:
             log.warning("NO API KEYS CONFIGURED: the server accepts every client (pass --api-key)")
         runtime = await asyncio.to_thread(Runtime.build, server, model_config)
+        runtime.attach(asyncio.get_running_loop())
         app.state.runtime = runtime
         try:
             yield

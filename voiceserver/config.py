@@ -65,6 +65,9 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     encode_threads: int = 2
     """Threads that resample and encode audio off the event loop."""
+    prepare_threads: int = 2
+    """Threads that prepare contexts before their first step (reference audio,
+    voice-clone encoders) off the event loop and the engine thread."""
     voices_dir: Path | None = None
     """Where uploaded voices are kept (a folder per model name); None: in memory
     only, lost at restart."""

@@ -28,7 +28,7 @@ def resolve_params(
             param="model",
             code="unknown_model",
         )
-    voice, extra = resolve_voice(rt.voices, rt.model.ar, voice, dict(extra or {}))
+    voice, extra = resolve_voice(rt.voices, rt.model.runner, voice, dict(extra or {}))
     params = SynthParams(
         voice=voice or caps.default_voice,
         language=language or caps.languages[0],
@@ -36,5 +36,5 @@ def resolve_params(
         instructions=instructions,
         extra=extra,
     )
-    rt.model.ar.validate(params)
+    rt.model.runner.validate(params)
     return params

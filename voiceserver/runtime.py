@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from models.base import LoadedModel
 from models.registry import resolve
 from voiceserver.config import ModelConfig, ServerConfig
+from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineCore
 from voiceserver.lifecycle import Lifecycle
 from voiceserver.metrics import Metrics
@@ -27,9 +29,11 @@ class Runtime:
     encode_pool: ThreadPoolExecutor
     metrics: Metrics
     voices: VoiceStore
+    prepare_pool: ThreadPoolExecutor
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     started_at: float = field(default_factory=time.time)
     sessions_open: int = 0
+    _client: EngineClient | None = None
 
     @classmethod
     def build(cls, server: ServerConfig, model_config: ModelConfig) -> Runtime:
@@ -54,7 +58,20 @@ class Runtime:
             model.capabilities.frame_ms,
         )
         pool = ThreadPoolExecutor(max_workers=server.encode_threads, thread_name_prefix="encode")
-        return cls(server, model_config, model, engine, pool, metrics, voices)
+        prepare = ThreadPoolExecutor(
+            max_workers=server.prepare_threads, thread_name_prefix="prepare"
+        )
+        return cls(server, model_config, model, engine, pool, metrics, voices, prepare)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open the front end's engine client on the loop that serves requests."""
+        self._client = EngineClient(self.engine, loop, self.prepare_pool)
+
+    @property
+    def client(self) -> EngineClient:
+        """The front end's door to the engine (after ``attach``)."""
+        assert self._client is not None, "Runtime.attach(loop) first"
+        return self._client
 
     def session_opened(self, endpoint: str) -> None:
         self.sessions_open += 1
@@ -72,3 +89,4 @@ class Runtime:
     def close(self) -> None:
         self.engine.stop()
         self.encode_pool.shutdown(wait=False, cancel_futures=True)
+        self.prepare_pool.shutdown(wait=False, cancel_futures=True)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from models.base import ARModel, ClonedVoice, ModelInputError
+from models.base import ClonedVoice, ModelInputError, ModelRunner
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -352,7 +352,7 @@ def _record_from(data: Any, folder: str) -> VoiceRecord:
 
 
 def resolve_voice(
-    store: VoiceStore, model: ARModel, voice: str | None, extra: dict[str, Any]
+    store: VoiceStore, model: ModelRunner, voice: str | None, extra: dict[str, Any]
 ) -> tuple[str | None, dict[str, Any]]:
     """The (voice, extra) a request really asks for.
 

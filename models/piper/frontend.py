@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 from piper.config import PiperConfig
 from piper.voice import PiperVoice
-
-from models.base import SynthParams, TextFrontend
 
 PUNCTUATION = frozenset(",;:.!?，；：。！？")
 """Phonemes after which a long sentence is best cut (espeak keeps the ASCII
@@ -16,9 +15,10 @@ terminators; the CJK forms are here for phonemizers that keep theirs)."""
 WORD_BREAK = " "
 
 _PUNCTUATION, _WORD, _ANYWHERE = range(3)
+_ESPEAK = threading.Lock()
 
 
-class PiperFrontend(TextFrontend):
+class PiperFrontend:
     """One unit per sentence, exactly as ``PiperVoice.synthesize`` splits text,
     except that a sentence over ``max_unit_ids`` ids is cut into several units."""
 
@@ -34,9 +34,11 @@ class PiperFrontend(TextFrontend):
         if max_unit_ids < minimum:
             raise ValueError(f"model.max_unit_ids must be at least {minimum}, got {max_unit_ids}")
 
-    def encode(self, text: str, params: SynthParams) -> list[list[int]]:
+    def encode(self, text: str) -> list[list[int]]:
         units: list[list[int]] = []
-        for phonemes in self._voice.phonemize(text):
+        with _ESPEAK:  # espeak-ng keeps global state: one phonemizer call at a time
+            sentences = self._voice.phonemize(text)
+        for phonemes in sentences:
             if phonemes:
                 for piece in self.split(phonemes):
                     units.append(self._voice.phonemes_to_ids(piece))

@@ -12,7 +12,7 @@ import onnxruntime as ort
 from piper.config import PiperConfig
 
 from models.base import Capabilities, LoadedModel, VoiceInfo, parse_options
-from models.piper.acoustic import PiperAcoustic
+from models.piper.acoustic import PiperRunner
 from models.piper.frontend import PiperFrontend
 from models.piper.options import PiperOptions
 from models.piper.split import split_voice
@@ -71,7 +71,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         config.length_scale if options.length_scale is None else options.length_scale,
         config.noise_w_scale if options.noise_w_scale is None else options.noise_w_scale,
     )
-    acoustic = PiperAcoustic(
+    runner = PiperRunner(
         acoustic_session,
         graphs.latent_name,
         PiperFrontend(config, options.max_unit_ids),
@@ -86,4 +86,4 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         config.hop_length,
         options.context_frames,
     )
-    return LoadedModel(ar=acoustic, vocoder=vocoder)
+    return LoadedModel(runner=runner, vocoder=vocoder)

@@ -23,8 +23,9 @@ class PiperOptions:
     context_frames: int = 16
     """Latent frames of context on each side of a decoded chunk. 16 frames is
     exact to float error (measured 121 dB SNR against one-shot); 8 gives ~50 dB."""
-    max_contexts: int = 256
-    """How many contexts may hold state at once (Piper's state is tiny)."""
+    max_contexts: int = 32
+    """How many contexts may be synthesized at once (a CPU core makes about five
+    real-time streams; more contexts than that only share the same cores)."""
     threads: int = 0
     """onnxruntime intra-op threads per session; 0 lets onnxruntime choose."""
     max_unit_ids: int = 400

@@ -1,14 +1,16 @@
-"""Per-context state of the talker: KV slot, text track, prompt progress, sampling."""
+"""Per-context host state of the talker: KV slot, text track, prompt progress.
+
+The runner keeps one per busy slot; sampling state lives in the runner's
+slot-indexed device tensors.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from enum import Enum
 
-import numpy as np
 import torch
 
-from models.base import ContextState
 from models.qwen3_tts.prompt import PromptSpec
 from models.qwen3_tts.sampling import SamplingParams
 
@@ -20,7 +22,7 @@ class Phase(Enum):
     DONE = "done"
 
 
-class Qwen3Context(ContextState):
+class Qwen3Context:
     def __init__(
         self,
         slot: int,
@@ -29,24 +31,16 @@ class Qwen3Context(ContextState):
         max_frames: int,
         head: torch.Tensor,
         aligned: torch.Tensor | None,
-        decoder_prefix: np.ndarray | None,
     ) -> None:
         self.slot = slot
         self.spec = spec
         self.sampling = sampling
         self.max_frames = max_frames
-        self.generator = torch.Generator()
-        if sampling.seed is None:
-            self.generator.seed()
-        else:
-            self.generator.manual_seed(sampling.seed)
         self.head: torch.Tensor | None = head
         """Prompt rows not yet run (all known now)."""
         self.aligned = aligned
         """Streaming mode: prompt codec rows that each take the next text-track item."""
         self.aligned_used = 0
-        self._decoder_prefix = decoder_prefix
-        """Frames the vocoder must decode (and drop) before this context's audio (ICL)."""
         self.text: deque[int] = deque()
         self.text_seen = 0
         self.input_closed = False
@@ -57,11 +51,12 @@ class Qwen3Context(ContextState):
         self.pending_code0: int | None = None
         self.pending_frame: torch.Tensor | None = None
         """Embedding sum of the last emitted frame, waiting for its text-track item."""
-        self.history: list[int] = []
+        self.generated = 0
+        """Codes 0 sampled so far (EOS may come only after MIN_NEW_TOKENS)."""
         self.frames = 0
         self.hit_limit = False
 
-    # -- ContextState ------------------------------------------------------
+    # -- input -------------------------------------------------------------
 
     def feed(self, units: list[list[int]]) -> None:
         for unit in units:
@@ -82,11 +77,6 @@ class Qwen3Context(ContextState):
         return self.pending_code0 is not None or (
             self.pending_frame is not None and self.track_ready
         )
-
-    @property
-    def decoder_prefix(self) -> np.ndarray | None:
-        """A clone's reference codes: the vocoder runs them first, then cuts their audio."""
-        return self._decoder_prefix
 
     # -- text track --------------------------------------------------------
 

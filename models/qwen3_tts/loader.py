@@ -10,7 +10,6 @@ from typing import Any, Literal
 import torch
 
 from models.base import Capabilities, LoadedModel, parse_options
-from models.qwen3_tts.ar_model import ARSettings, Qwen3AR
 from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json
 from models.qwen3_tts.config import (
     CheckpointError,
@@ -18,6 +17,7 @@ from models.qwen3_tts.config import (
     parse_speech_tokenizer_config,
 )
 from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
+from models.qwen3_tts.runner import ARSettings, Qwen3Runner
 from models.qwen3_tts.sampling import SamplingParams
 from models.qwen3_tts.text_tokenizer import load_text_tokenizer
 from models.qwen3_tts.vocoder import Qwen3Vocoder
@@ -118,8 +118,6 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         cfg,
         tokenizer,
         cloner,
-        device,
-        dtype,
         options.ref_audio_min_s,
         options.ref_audio_max_s,
     )
@@ -141,8 +139,10 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         sampling=sampling_defaults(generation, options),
     )
     assert weights.talker is not None
-    ar = Qwen3AR(cfg, weights.talker, tokenizer, voices, capabilities, settings)
     vocoder = Qwen3Vocoder(
         st_weights.decoder, st_cfg.output_sample_rate, st_cfg.decode_upsample_rate
     )
-    return LoadedModel(ar=ar, vocoder=vocoder)
+    runner = Qwen3Runner(
+        cfg, weights.talker, tokenizer, voices, capabilities, settings, prime=vocoder.primed
+    )
+    return LoadedModel(runner=runner, vocoder=vocoder)

@@ -1,10 +1,15 @@
-"""Sampling as the reference does it (Hugging Face generate's processors), per context.
+"""Sampling as the reference does it (Hugging Face generate's processors), batched on the device.
 
 Talker code 0: repetition penalty over the context's generated code-0 ids,
 EOS masked until ``min_new_tokens`` ids exist, the control-id range masked
 (except EOS), then temperature -> top-k -> top-p. Temperature 0 is greedy.
-Each context owns its generator, so a seeded context draws the same ids
-whatever else shares its batch.
+Every row has its own settings, given as tensors, so a whole batch is sampled
+with a handful of kernels and no host round trip.
+
+Random draws come from a counter-based hash, not a generator object: row r's
+``d``-th draw over vocabulary id v is ``hash(key_r, d, v)``. A context keyed by
+its seed therefore draws the same ids whatever else shares its batch, and the
+noise of a whole batch is one elementwise computation (Gumbel-max sampling).
 """
 
 from __future__ import annotations
@@ -12,6 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+_M32 = 0xFFFFFFFF
+_MIX = 0x45D9F3B  # < 2**31: products of 32-bit values stay inside int64
+_GOLDEN = 0x9E3779B9
 
 
 @dataclass(frozen=True)
@@ -26,39 +35,65 @@ class SamplingParams:
     seed: int | None = None
 
 
-def apply_repetition_penalty(
-    logits: torch.Tensor, history: torch.Tensor, penalty: float
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of int64 values in [0, 2**32)."""
+    x = x & _M32
+    x = ((x >> 16) ^ x) * _MIX & _M32
+    x = ((x >> 16) ^ x) * _MIX & _M32
+    return (x >> 16) ^ x
+
+
+def key_of(seed: int) -> int:
+    """A row key (32 bits) from a seed of any size."""
+    seed &= (1 << 64) - 1
+    lo = torch.tensor([seed & _M32], dtype=torch.long)
+    hi = torch.tensor([(seed >> 32) ^ _GOLDEN], dtype=torch.long)
+    return int(hash32(hash32(lo) ^ hash32(hi))[0])
+
+
+def uniform(keys: torch.Tensor, draws: torch.Tensor, vocab_hash: torch.Tensor) -> torch.Tensor:
+    """[B, V] floats in (0, 1): draw ``draws[b]`` of row key ``keys[b]``."""
+    row = hash32(keys ^ hash32(draws + _GOLDEN))
+    bits = hash32(row[:, None] ^ vocab_hash[None, :]) >> 8  # 24 bits: exact in float32
+    return (bits.to(torch.float32) + 0.5) / 16777216.0
+
+
+def vocab_hash(size: int, device: torch.device) -> torch.Tensor:
+    return hash32(torch.arange(size, device=device, dtype=torch.long) * 2 + 1)
+
+
+def sample(
+    scores: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    noise: torch.Tensor,
 ) -> torch.Tensor:
-    """logits [V]; history [n] ids already generated."""
-    if penalty == 1.0 or history.numel() == 0:
-        return logits
-    scores = logits.gather(0, history)
-    scores = torch.where(scores < 0, scores * penalty, scores / penalty)
-    return logits.scatter(0, history, scores)
+    """Ids [B] from processed float scores [B, V] with per-row settings [B];
+    ``noise`` [B, V] is uniform in (0, 1). Rows with temperature <= 0 take argmax."""
+    greedy = temperature <= 0
+    vocab = scores.shape[-1]
+    scaled = scores / torch.where(greedy, 1.0, temperature)[:, None]
+    k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
+    ordered = scaled.sort(dim=-1, descending=True).values
+    kth = ordered.gather(1, (k - 1)[:, None])
+    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if bool((top_p < 1).any()):
+        ascending, order = scaled.sort(dim=-1)
+        cumulative = ascending.softmax(-1).cumsum(-1)
+        remove = cumulative <= (1 - top_p)[:, None]
+        remove[:, -1] = False
+        scaled = scaled.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    gumbel = -torch.log(-torch.log(noise))
+    drawn = (scaled + gumbel).argmax(-1)
+    return torch.where(greedy, scores.argmax(-1), drawn)
 
 
-def warp_and_sample(
-    logits: torch.Tensor,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    generator: torch.Generator | None,
-) -> int:
-    """Pick one id from processed logits [V]; temperature <= 0 means argmax."""
-    if temperature <= 0:
-        return int(torch.argmax(logits))
-    scores = logits / temperature
-    if 0 < top_k < scores.shape[-1]:
-        kth = torch.topk(scores, top_k).values[-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=False)
-        cumulative = sorted_scores.softmax(-1).cumsum(-1)
-        remove = cumulative <= (1 - top_p)
-        remove[-1] = False
-        scores = scores.masked_fill(remove.scatter(0, order, remove), float("-inf"))
-    probs = scores.softmax(-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+def penalize(scores: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """Repetition penalty on ids already generated (``seen`` [B, V] bool), per row."""
+    p = penalty[:, None]
+    hit = torch.where(scores < 0, scores * p, scores / p)
+    return torch.where(seen, hit, scores)
 
 
 def talker_mask(vocab_size: int, eos_id: int, device: torch.device) -> torch.Tensor:

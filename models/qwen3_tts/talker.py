@@ -61,15 +61,16 @@ class Talker(nn.Module):
         cache: SlotKVCache,
         slots: torch.Tensor,
         starts: torch.Tensor,
+        length: int,
     ) -> torch.Tensor:
-        """Run ``embeds`` [B, T, H] at positions ``starts[b] + t`` of each row's slot.
+        """Run ``embeds`` [B, T, H] at positions ``starts[b] + t`` of each row's slot;
+        ``length`` is ``max(starts) + T``, known to the caller without a device sync.
 
         Writes the new keys/values into ``cache`` and returns the final-norm
         hidden states [B, T, H].
         """
         t = embeds.shape[1]
         positions = starts[:, None] + torch.arange(t, device=embeds.device)[None]
-        length = int(starts.max()) + t
         if length > cache.capacity:
             raise RuntimeError(f"context longer than the KV capacity {cache.capacity}")
         keys = torch.arange(length, device=embeds.device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,20 +26,29 @@ class Qwen3Vocoder(Vocoder):
         self.sample_rate = sample_rate
         self.samples_per_frame = samples_per_frame
 
-    def new_stream(self) -> VocoderStream:
+    def new_stream(self, conditioning: Any = None) -> VocoderStream:
+        """A decoder stream; ``conditioning`` is a stream :meth:`primed` already
+        (a voice clone's), adopted as it is, or None."""
+        if isinstance(conditioning, VocoderStream):
+            return conditioning
         return VocoderStream(self.decoder.new_stream())
 
-    def prime(self, stream: VocoderStream, frames: np.ndarray) -> None:
-        """Run ``frames`` through the stream and drop their audio (voice-clone reference)."""
-        if len(frames):
-            self.decoder.decode([torch.from_numpy(np.asarray(frames, np.int64))], [stream.decoder])
+    @torch.no_grad()
+    def primed(self, ref_codes: np.ndarray) -> VocoderStream:
+        """A stream that has decoded a clone's reference codes (their audio dropped), so
+        the context's audio continues the reference exactly as the reference model's
+        does. Slow for long references: call it while preparing, off the engine thread."""
+        stream = VocoderStream(self.decoder.new_stream())
+        if len(ref_codes):
+            codes = torch.from_numpy(np.asarray(ref_codes, np.int64))
+            self.decoder.decode([codes], [stream.decoder])
+        return stream
 
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
         chunks, streams, rows = [], [], []
         out = [np.zeros(0, dtype=np.float32) for _ in items]
         for i, item in enumerate(items):
-            lo, hi = item.start - item.frames_offset, item.end - item.frames_offset
-            chunk = np.asarray(item.frames[lo:hi], dtype=np.int64)
+            chunk = np.asarray(item.frames[item.left : len(item.frames) - item.right], np.int64)
             if not len(chunk):
                 continue
             stream = item.stream

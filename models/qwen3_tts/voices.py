@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from models.base import ModelInputError, SynthParams, VoiceInfo
 from models.qwen3_tts.audio_input import load_reference_audio
@@ -39,11 +38,13 @@ CLONE_VOICE = "clone"
 
 @dataclass(frozen=True)
 class ResolvedVoice:
+    """A context's voice inputs, as host data (the runner moves them to the device)."""
+
     instruct_ids: list[int] | None
     language_id: int | None
     speaker_id: int | None = None
-    speaker_embedding: torch.Tensor | None = None
-    ref_codes: torch.Tensor | None = None
+    speaker_embedding: np.ndarray | None = None
+    ref_codes: np.ndarray | None = None
     ref_text_ids: list[int] | None = None
 
 
@@ -57,16 +58,12 @@ class VoiceResolver:
         cfg: Qwen3TTSConfig,
         tokenizer: TextTokenizer,
         cloner: VoiceCloner | None,
-        device: torch.device,
-        dtype: torch.dtype,
         ref_audio_min_s: float,
         ref_audio_max_s: float,
     ) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.cloner = cloner
-        self.device = device
-        self.dtype = dtype
         self.ref_audio_min_s = ref_audio_min_s
         self.ref_audio_max_s = ref_audio_max_s
         self.languages = {
@@ -93,20 +90,24 @@ class VoiceResolver:
     # -- validation and resolution --------------------------------------------
 
     def check(self, params: SynthParams) -> None:
-        self._common(params)
+        """Cheap checks of everything but the reference audio's content (no decoding,
+        no tokenizing): what ``resolve`` would refuse by the request's shape."""
+        self._common(params, tokenize=False)
         if self.cfg.model_type == "base":
-            self._clone_source(params.extra, decode=True)
+            self._clone_source(params.extra, build=False)
 
     def resolve(self, params: SynthParams) -> ResolvedVoice:
-        language_id, speaker_id, instruct_ids = self._common(params)
+        """The voice inputs, decoding and encoding reference audio (slow: off the
+        engine thread and the event loop)."""
+        language_id, speaker_id, instruct_ids = self._common(params, tokenize=True)
         if self.cfg.model_type != "base":
             return ResolvedVoice(instruct_ids, language_id, speaker_id=speaker_id)
-        prompt = self._clone_source(params.extra, decode=False)
+        prompt = self._clone_source(params.extra, build=True)
         assert prompt is not None
-        emb = torch.as_tensor(prompt.speaker_embedding, dtype=self.dtype, device=self.device)
+        emb = np.asarray(prompt.speaker_embedding, dtype=np.float32)
         codes = ref_ids = None
         if prompt.ref_codes is not None:
-            codes = torch.as_tensor(prompt.ref_codes, dtype=torch.long, device=self.device)
+            codes = np.asarray(prompt.ref_codes, dtype=np.int64)
             ids = self.tokenizer.encode(f"<|im_start|>assistant\n{prompt.ref_text}<|im_end|>\n")
             ref_ids = ids[3:-2]
         return ResolvedVoice(instruct_ids, language_id, None, emb, codes, ref_ids)
@@ -134,7 +135,9 @@ class VoiceResolver:
         )
         return self.cloner.prompt(wav, ref_text, x_vector_only)
 
-    def _common(self, params: SynthParams) -> tuple[int | None, int | None, list[int] | None]:
+    def _common(
+        self, params: SynthParams, tokenize: bool
+    ) -> tuple[int | None, int | None, list[int] | None]:
         kind = self.cfg.model_type
         extra = params.extra
         if kind != "base":
@@ -180,13 +183,14 @@ class VoiceResolver:
                     "instructions",
                     f"the {self.cfg.model_size or ''} {kind} model takes no instructions",
                 )
-            instruct_ids = self.tokenizer.encode(
-                f"<|im_start|>user\n{params.instructions}<|im_end|>\n"
-            )
+            if tokenize:
+                instruct_ids = self.tokenizer.encode(
+                    f"<|im_start|>user\n{params.instructions}<|im_end|>\n"
+                )
         return language_id, speaker_id, instruct_ids
 
-    def _clone_source(self, extra: dict[str, Any], decode: bool) -> VoicePrompt | None:
-        """Base: the voice prompt the request names (validated; built unless ``decode``)."""
+    def _clone_source(self, extra: dict[str, Any], build: bool) -> VoicePrompt | None:
+        """Base: the voice prompt the request names (checked; built when ``build``)."""
         given = extra.get("voice_prompt")
         if given is not None:
             if not isinstance(given, VoicePrompt):
@@ -231,19 +235,12 @@ class VoiceResolver:
             raise ModelInputError(
                 "ref_text: must be a string", param="ref_text", code="invalid_field"
             )
-        if decode:
-            if not x_only and not ref_text:
-                raise ModelInputError(
-                    "ref_text: required with ref_audio unless x_vector_only is true",
-                    param="ref_text",
-                    code="missing_field",
-                )
-            load_reference_audio(
-                audio,
-                extra.get("ref_audio_sample_rate"),
-                24000,
-                self.ref_audio_min_s,
-                self.ref_audio_max_s,
+        if not x_only and not ref_text:
+            raise ModelInputError(
+                "ref_text: required with ref_audio unless x_vector_only is true",
+                param="ref_text",
+                code="missing_field",
             )
+        if not build:
             return None
         return self.create_prompt(audio, extra.get("ref_audio_sample_rate"), ref_text, x_only)

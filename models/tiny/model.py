@@ -21,15 +21,15 @@ import numpy as np
 import torch
 
 from models.base import (
-    ARModel,
     Capabilities,
-    ContextState,
     DecodeItem,
     LoadedModel,
     ModelInputError,
-    StepOutput,
+    ModelRunner,
+    Prepared,
+    StepPlan,
+    StepResult,
     SynthParams,
-    TextFrontend,
     Vocoder,
     VoiceInfo,
     parse_options,
@@ -55,46 +55,34 @@ class TinyOptions:
     voices: tuple[str, ...] = ("tiny-a", "tiny-b")
 
 
-class ByteFrontend(TextFrontend):
-    def encode(self, text: str, params: SynthParams) -> list[list[int]]:
-        data = list(text.encode("utf-8"))
-        return [data] if data else []
+@dataclass
+class TinyPrepared(Prepared):
+    voice_index: int = 0
 
 
-class TinyContext(ContextState):
-    def __init__(self, slot: int, voice_index: int) -> None:
-        self.slot = slot
-        self.voice_index = voice_index
-        self.pending: deque[int] = deque()
-        self.input_closed = False
-        self.tail_left: int | None = None
-        self.frames = 0
-        self.finished = False
+class TinyRunner(ModelRunner):
+    """One byte of input per frame; per-slot state in arrays and deques."""
 
-    def feed(self, units: list[list[int]]) -> None:
-        for unit in units:
-            self.pending.extend(unit)
+    frame_dtype = np.float32
+    max_frames_per_step = 1
+    prepares_inline = True
+    encodes_inline = True
 
-    def close_input(self) -> None:
-        self.input_closed = True
-
-    @property
-    def has_work(self) -> bool:
-        return not self.finished and (bool(self.pending) or self.input_closed)
-
-
-class TinyAR(ARModel):
     def __init__(self, options: TinyOptions) -> None:
         self.options = options
         gen = torch.Generator().manual_seed(options.seed)
         h, d = options.hidden, options.frame_dim
+        self.frame_dim = d
         self.embed = torch.randn(PAD + 1, h, generator=gen) * 0.8
         self.voice_embed = torch.randn(len(options.voices), h, generator=gen) * 0.5
         self.w_h = torch.randn(h, h, generator=gen) * (0.9 / h**0.5)
         self.w_out = torch.randn(h, d, generator=gen) / h**0.5
-        self.state = torch.zeros(options.max_contexts, h)
-        self.free: list[int] = list(range(options.max_contexts - 1, -1, -1))
-        self.frontend = ByteFrontend()
+        n = options.max_contexts
+        self.state = torch.zeros(n, h)
+        self.pending: list[deque[int]] = [deque() for _ in range(n)]
+        self.closed = np.zeros(n, bool)
+        self.tail_left = np.zeros(n, np.int64)
+        self.active = np.zeros(n, bool)
         self.capabilities = Capabilities(
             family="tiny",
             sample_rate=options.sample_rate,
@@ -106,12 +94,12 @@ class TinyAR(ARModel):
         )
 
     @property
-    def max_contexts(self) -> int:
+    def max_slots(self) -> int:
         return self.options.max_contexts
 
     @property
     def open_slots(self) -> int:
-        return self.options.max_contexts - len(self.free)
+        return int(self.active.sum())
 
     def validate(self, params: SynthParams) -> None:
         if params.voice not in self.options.voices:
@@ -127,48 +115,64 @@ class TinyAR(ARModel):
                 code="unsupported_language",
             )
 
-    def open(self, params: SynthParams) -> TinyContext:
-        slot = self.free.pop()
-        self.state[slot] = self.voice_embed[self.options.voices.index(params.voice)]
-        return TinyContext(slot, self.options.voices.index(params.voice))
+    def prepare(self, params: SynthParams) -> TinyPrepared:
+        self.validate(params)
+        return TinyPrepared(voice_index=self.options.voices.index(params.voice))
 
-    def close(self, state: ContextState) -> None:
-        assert isinstance(state, TinyContext)
-        self.free.append(state.slot)
+    def encode_text(self, text: str) -> list[np.ndarray]:
+        data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        return [data] if len(data) else []
 
-    def step(self, states: list[ContextState]) -> list[StepOutput]:
-        tokens, slots, emitting = [], [], []
-        for state in states:
-            assert isinstance(state, TinyContext)
-            if state.pending:
-                tokens.append(state.pending.popleft())
-                emitting.append(True)
-            else:  # input closed, generating the tail
-                if state.tail_left is None:
-                    state.tail_left = self.options.tail_frames
-                tokens.append(PAD)
-                emitting.append(state.tail_left > 0)
-            slots.append(state.slot)
-        index = torch.tensor(slots)
-        hidden = torch.tanh(self.embed[torch.tensor(tokens)] + _rows(self.state[index], self.w_h))
-        self.state[index] = hidden
-        frames = _rows(hidden, self.w_out).numpy().astype(np.float32)
-        outputs = []
-        for row, state in enumerate(states):
-            assert isinstance(state, TinyContext)
-            if not emitting[row]:
-                state.finished = True
-                outputs.append(StepOutput(frames[:0], unit_end=True, finished=True))
+    def execute(self, plan: StepPlan) -> StepResult:
+        for slot in plan.free.tolist():
+            self.active[slot] = False
+            self.pending[slot].clear()
+        for admit in plan.admit:
+            assert isinstance(admit.prepared, TinyPrepared)
+            slot = admit.slot
+            self.state[slot] = self.voice_embed[admit.prepared.voice_index]
+            self.pending[slot].clear()
+            self.closed[slot] = False
+            self.tail_left[slot] = self.options.tail_frames
+            self.active[slot] = True
+        for feed in plan.feed:
+            for unit in feed.units:
+                self.pending[feed.slot].extend(unit.tolist())
+            self.closed[feed.slot] |= feed.close
+        return self._step(plan.step)
+
+    def _step(self, slots: np.ndarray) -> StepResult:
+        n = len(slots)
+        counts = np.zeros(n, np.int64)
+        finished = np.zeros(n, bool)
+        waiting = np.zeros(n, bool)
+        tokens, rows = [], []
+        for row, slot in enumerate(slots.tolist()):
+            if self.pending[slot]:
+                tokens.append(self.pending[slot].popleft())
+            elif not self.closed[slot]:
+                waiting[row] = True  # starved for text
                 continue
-            if state.tail_left is not None:
-                state.tail_left -= 1
-            state.frames += 1
-            limit = state.frames >= self.options.max_frames_per_context
-            state.finished = limit
-            outputs.append(
-                StepOutput(frames[row : row + 1], finished=limit, unit_end=limit, hit_limit=limit)
-            )
-        return outputs
+            elif self.tail_left[slot] > 0:
+                self.tail_left[slot] -= 1
+                tokens.append(PAD)
+            else:
+                finished[row] = True
+                continue
+            rows.append(row)
+        frames = np.zeros((0, self.frame_dim), np.float32)
+        if rows:
+            index = torch.from_numpy(slots[rows])
+            state = _rows(self.state[index], self.w_h)
+            hidden = torch.tanh(self.embed[torch.tensor(tokens)] + state)
+            self.state[index] = hidden
+            frames = _rows(hidden, self.w_out).numpy().astype(np.float32)
+            counts[rows] = 1
+        for row, slot in enumerate(slots.tolist()):
+            if counts[row] and not self.pending[slot] and self.closed[slot]:
+                finished[row] = self.tail_left[slot] == 0
+        unit_end = finished.copy()
+        return StepResult(counts, frames, unit_end, finished, np.zeros(n, bool), waiting)
 
 
 def _rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -190,13 +194,13 @@ class TinyVocoder(Vocoder):
         self.samples_per_frame = n
         self.frame_dim = d
 
-    def new_stream(self) -> dict[str, np.ndarray]:
+    def new_stream(self, conditioning: Any = None) -> dict[str, np.ndarray]:
         return {"prev": np.zeros(self.frame_dim, np.float32)}
 
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
         current, previous, counts = [], [], []
         for item in items:
-            chunk = item.frames[item.start - item.frames_offset : item.end - item.frames_offset]
+            chunk = item.frames[item.left : len(item.frames) - item.right]
             prev = np.concatenate([item.stream["prev"][None], chunk[:-1]]) if len(chunk) else chunk
             current.append(chunk)
             previous.append(prev)
@@ -218,4 +222,4 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     if "voices" in options:
         options["voices"] = tuple(options["voices"])
     parsed = parse_options(TinyOptions, options, "model")
-    return LoadedModel(ar=TinyAR(parsed), vocoder=TinyVocoder(parsed))
+    return LoadedModel(runner=TinyRunner(parsed), vocoder=TinyVocoder(parsed))

@@ -9,15 +9,15 @@ from voiceserver.config import ServerConfig, load_model_config
 
 async def test_model_failure_is_an_error_for_that_context_and_the_session_goes_on() -> None:
     with run_server(load_model_config("tiny"), ServerConfig()) as server:
-        ar = server.runtime.model.ar
-        step = ar.step
+        runner = server.runtime.model.runner
+        execute = runner.execute
 
-        def faulty(states):  # type: ignore[no-untyped-def]
-            if any(s.voice_index == 1 for s in states):
+        def faulty(plan):  # type: ignore[no-untyped-def]
+            if any(a.prepared.voice_index == 1 for a in plan.admit):
                 raise RuntimeError("kernel exploded")
-            return step(states)
+            return execute(plan)
 
-        ar.step = faulty
+        runner.execute = faulty
         client = await Client.connect(server.ws)
         await client.send(type="context.create", context_id="bad", voice="tiny-b")
         await client.send(type="text.append", context_id="bad", text="boom", flush=True)

@@ -148,7 +148,7 @@ async def test_socket_close_frees_engine_slots(tiny_server: RunningServer) -> No
                 break
             assert time.monotonic() < deadline, health
             await asyncio.sleep(0.05)
-    assert tiny_server.runtime.model.ar.open_slots == 0
+    assert tiny_server.runtime.model.runner.open_slots == 0
 
 
 async def test_flush_acknowledged_after_its_audio(tiny_server: RunningServer) -> None:

@@ -257,9 +257,9 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
 
 def test_builtin_and_inline_voices_pass_through(tiny: LoadedModel, tmp_path: Path) -> None:
     store = VoiceStore("tiny", ["tiny-a", "tiny-b"], tmp_path)
-    assert resolve_voice(store, tiny.ar, None, {}) == (None, {})
-    assert resolve_voice(store, tiny.ar, "TINY-A", {"seed": 1}) == ("TINY-A", {"seed": 1})
-    assert resolve_voice(store, tiny.ar, "label", {"ref_audio": "x"}) == (
+    assert resolve_voice(store, tiny.runner, None, {}) == (None, {})
+    assert resolve_voice(store, tiny.runner, "TINY-A", {"seed": 1}) == ("TINY-A", {"seed": 1})
+    assert resolve_voice(store, tiny.runner, "label", {"ref_audio": "x"}) == (
         "label",
         {"ref_audio": "x"},
     )
@@ -269,45 +269,47 @@ def test_unknown_names_list_builtin_and_uploaded_voices(tiny: LoadedModel) -> No
     store = VoiceStore("tiny", ["tiny-a", "tiny-b"])
     store.add(record("mine"), cloned())
     with pytest.raises(ModelInputError) as err:
-        resolve_voice(store, tiny.ar, "alloy", {})
+        resolve_voice(store, tiny.runner, "alloy", {})
     assert (err.value.param, err.value.code) == ("voice", "unknown_voice")
     assert str(err.value) == "unknown voice 'alloy'; available: tiny-a, tiny-b, mine"
     # A model without stored-voice support refuses, naming the voice.
     with pytest.raises(ModelInputError, match="stored voice 'MINE'") as err:
-        resolve_voice(store, tiny.ar, "MINE", {})
+        resolve_voice(store, tiny.runner, "MINE", {})
     assert err.value.param == "voice"
 
 
 def test_models_that_cannot_clone_say_so(tiny: LoadedModel) -> None:
     with pytest.raises(ModelInputError, match="cannot clone voices") as err:
-        tiny.ar.clone_voice(wav_bytes(2.0), REF_TEXT)
+        tiny.runner.clone_voice(wav_bytes(2.0), REF_TEXT)
     assert (err.value.param, err.value.code) == ("audio_sample", "unsupported_value")
 
 
 def test_base_model_clone_round_trips_through_the_store(base: LoadedModel, tmp_path: Path) -> None:
-    voice = base.ar.clone_voice(wav_bytes(2.0), REF_TEXT)
+    voice = base.runner.clone_voice(wav_bytes(2.0), REF_TEXT)
     embedding, codes = voice.arrays["speaker_embedding"], voice.arrays["ref_codes"]
     assert embedding.shape == (64,) and embedding.dtype == np.float32
     assert codes.ndim == 2 and codes.shape[1] == 16 and codes.dtype == np.int64
     assert voice.meta == {"ref_text": REF_TEXT}
     # The same prompt the model builds from inline reference audio.
-    direct = base.ar.create_voice_prompt(wav_bytes(2.0), None, REF_TEXT)
+    direct = base.runner.create_voice_prompt(wav_bytes(2.0), None, REF_TEXT)
     assert np.array_equal(direct.speaker_embedding, embedding)
     assert np.array_equal(direct.ref_codes, codes)
 
     store_at(tmp_path).add(record("Narrator", ref_text=REF_TEXT), voice)
     store = store_at(tmp_path)
-    name, extra = resolve_voice(store, base.ar, "narrator", {"temperature": 0.0, "ref_text": "x"})
+    name, extra = resolve_voice(
+        store, base.runner, "narrator", {"temperature": 0.0, "ref_text": "x"}
+    )
     assert name == "clone" and extra["temperature"] == 0.0
     prompt = extra["voice_prompt"]
     assert isinstance(prompt, VoicePrompt) and prompt.ref_text == REF_TEXT
     assert np.array_equal(prompt.speaker_embedding, embedding)
     assert np.array_equal(prompt.ref_codes, codes)
-    base.ar.validate(SynthParams(voice=name, language="auto", extra=extra))
+    base.runner.validate(SynthParams(voice=name, language="auto", extra=extra))
 
-    plain = base.ar.clone_voice(wav_bytes(2.0), None, x_vector_only=True)
+    plain = base.runner.clone_voice(wav_bytes(2.0), None, x_vector_only=True)
     assert set(plain.arrays) == {"speaker_embedding"} and plain.meta == {"ref_text": None}
-    name, extra = base.ar.voice_settings(plain)
+    name, extra = base.runner.voice_settings(plain)
     assert name == "clone" and extra["voice_prompt"].ref_codes is None
 
 
@@ -338,7 +340,7 @@ def test_base_model_refuses_voices_that_do_not_fit(
     base: LoadedModel, arrays: dict[str, np.ndarray], meta: dict[str, str], words: str
 ) -> None:
     with pytest.raises(ModelInputError) as err:
-        base.ar.voice_settings(ClonedVoice(arrays, meta))
+        base.runner.voice_settings(ClonedVoice(arrays, meta))
     assert err.value.param == "voice" and words in str(err.value)
 
 
@@ -350,5 +352,5 @@ def test_base_model_clone_errors_name_the_field(base: LoadedModel) -> None:
     ]
     for args, param, words in cases:
         with pytest.raises(ModelInputError) as err:
-            base.ar.clone_voice(*args)
+            base.runner.clone_voice(*args)
         assert err.value.param == param and words in str(err.value)

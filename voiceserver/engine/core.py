@@ -1,9 +1,17 @@
 """EngineCore: the one thread that owns the model.
 
-Loop: drain the inbox -> ARScheduler.schedule() -> ARModel.step() ->
-ARScheduler.update() -> VocoderLoop.step() -> post events. Nothing here runs
-on the asyncio thread; sessions talk to it only through ``submit`` and the
-sink callables they hand in.
+``step()`` = drain the inbox -> ``ARScheduler.schedule()`` -> ``ModelRunner.execute()``
+(admissions, new input and the running slots in one plan) -> update -> the
+vocoder loop -> one ``EngineBatch`` per client. Nothing here runs on an event
+loop: clients talk to it only through ``submit`` and get their events through
+the ``deliver`` callable they attached.
+
+Work per step is proportional to the step: the scheduler and the vocoder loop
+decide on arrays over slots and streams, frames go through one ring buffer, and
+per-context Python runs only for contexts something happened to (a decoded
+chunk, a flush, an end). A model slot (KV cache) is held from admission until
+the model has finished the context; a stream (frame ring row, decoder state)
+until its audio is drained, so a finished context frees its KV slot at once.
 """
 
 from __future__ import annotations
@@ -12,24 +20,28 @@ import logging
 import queue
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.base import ContextState, LoadedModel, ModelInputError
+from models.base import Admit, Feed, LoadedModel, Prepared, StepPlan, StepResult
+from voiceserver.engine.frames import FrameRing
 from voiceserver.engine.messages import (
-    AppendText,
+    AppendUnits,
     AudioChunk,
     Cancel,
     CloseInput,
     ContextFailed,
     ContextReleased,
+    EngineBatch,
     EngineEvent,
     EngineStats,
     InboxMessage,
-    OpenContext,
+    Ready,
+    Register,
     Shutdown,
     Throttle,
 )
@@ -45,6 +57,7 @@ URGENT_MARGIN_S = 0.02
 """Extra playout margin when deciding which chunks must be decoded before an AR step."""
 MAX_URGENT_PASSES = 4
 """Vocoder calls allowed before one AR step, so AR work is never starved."""
+LOAD_SMOOTHING = 0.2
 
 
 @dataclass(frozen=True)
@@ -66,20 +79,32 @@ class EngineConfig:
     """Model slots to use; 0 takes what the model offers."""
     idle_wait_s: float = 0.05
     """How long the thread sleeps on an empty inbox when nothing is runnable."""
+    admission_load: float = 0.9
+    """New contexts are refused while a step takes more than this share of the
+    audio it makes per stepped context (running streams would fall behind real
+    time); 0 disables the check."""
 
 
 @dataclass
 class _Context:
     cid: int
-    sink: Callable[[EngineEvent], None]
-    params: object
-    state: ContextState | None = None
-    pending_units: list[list[int]] = field(default_factory=list)
-    input_closed: bool = False
+    client: int
+    lead: float | None
+    prepared: Prepared | None = None
+    units: list[np.ndarray] = field(default_factory=list)
+    """Input that arrived before the context had a slot."""
+    closed: bool = False
+    slot: int | None = None
+    stream: int | None = None
     ar_done: bool = False
     hit_limit: bool = False
     flushes: list[int] = field(default_factory=list)
-    frames: int = 0
+
+
+@dataclass
+class _PendingFeed:
+    units: list[np.ndarray] = field(default_factory=list)
+    close: bool = False
 
 
 class EngineCore:
@@ -87,14 +112,25 @@ class EngineCore:
         self, model: LoadedModel, config: EngineConfig, observer: EngineObserver | None = None
     ) -> None:
         self.model = model
-        self._observer = observer
+        self.runner = model.runner
         self.config = config
-        slots = config.max_contexts or model.ar.max_contexts
-        self.scheduler = ARScheduler(
-            min(slots, model.ar.max_contexts), config.max_ar_batch, config.max_lead_s
+        self._observer = observer
+        runner, vocoder = model.runner, model.vocoder
+        slots = min(config.max_contexts or runner.max_slots, runner.max_slots)
+        streams = 2 * slots
+        self.scheduler = ARScheduler(slots, config.max_ar_batch, config.max_lead_s)
+        needed = (
+            runner.max_frames_per_step
+            + vocoder.left_context
+            + vocoder.right_context
+            + config.max_chunk_frames
         )
+        capacity = 1 << max(6, int(np.ceil(np.log2(2 * needed))))
+        self.ring = FrameRing(streams, capacity, runner.frame_dim, runner.frame_dtype)
         self.vocoder = VocoderLoop(
-            model.vocoder,
+            vocoder,
+            self.ring,
+            streams,
             VocoderLoopConfig(
                 config.first_chunk_frames,
                 config.max_chunk_frames,
@@ -108,18 +144,63 @@ class EngineCore:
         self.inbox: queue.SimpleQueue[InboxMessage] = queue.SimpleQueue()
         self.stats = EngineStats()
         self._contexts: dict[int, _Context] = {}
+        self._by_stream: list[_Context | None] = [None] * streams
+        self._stream_of_slot = np.full(slots, -1, np.int64)
+        self._free_streams = list(range(streams - 1, -1, -1))
+        self._clients: dict[int, Callable[[EngineBatch], None]] = {}
+        self._free_slots_next: list[int] = []
+        self._admits: list[Admit] = []
+        self._feeds: dict[int, _PendingFeed] = {}
+        self._watch: set[int] = set()
+        """Streams whose flushes or end may complete: checked after each vocoder call."""
+        self._events: dict[int, list[EngineEvent]] = defaultdict(list)
         self._thread: threading.Thread | None = None
-        self._next_cid = 0
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._reserved = 0
+        """Contexts registered by clients and not yet admitted (they will need a slot)."""
         self._ar_seconds = 0.05
-        """Running average of one AR step's wall time."""
-        self._cid_lock = threading.Lock()
+        self.load = 0.0
+        """Smoothed step wall time per second of audio a stepped context gets."""
 
-    # -- called from any thread -------------------------------------------
+    # -- called from any thread ---------------------------------------------
 
-    def new_cid(self) -> int:
-        with self._cid_lock:
-            self._next_cid += 1
-            return self._next_cid
+    def attach(self, deliver: Callable[[EngineBatch], None]) -> int:
+        """Register a client; its contexts' events arrive through ``deliver``
+        (called on the engine thread, once per step with events for it)."""
+        with self._lock:
+            self._next_id += 1
+            self._clients[self._next_id] = deliver
+            return self._next_id
+
+    def reserve(self, check_load: bool = True) -> int | None:
+        """A new context id with a slot reserved for it, or None when the engine is
+        full (every slot used or promised) or too loaded to keep its streams real time
+        (unless ``check_load`` is False: a benchmark that wants every context run)."""
+        with self._lock:
+            if self._full(check_load):
+                return None
+            self._reserved += 1
+            self._next_id += 1
+            return self._next_id
+
+    @property
+    def full(self) -> bool:
+        """No new context would be taken now."""
+        with self._lock:
+            return self._full(True)
+
+    def _full(self, check_load: bool) -> bool:
+        if self.scheduler.used_slots + self._reserved >= self.scheduler.max_slots:
+            return True
+        busy = self.scheduler.used_slots > 0
+        limit = self.config.admission_load
+        return check_load and bool(limit) and busy and self.load > limit
+
+    def unreserve(self) -> None:
+        """A reserved context was given up before it was registered."""
+        with self._lock:
+            self._reserved -= 1
 
     def submit(self, message: InboxMessage) -> None:
         self.inbox.put(message)
@@ -138,24 +219,24 @@ class EngineCore:
             self._thread.join(timeout)
             self._thread = None
 
-    # -- engine thread ----------------------------------------------------
+    # -- engine thread --------------------------------------------------------
 
     def _run(self) -> None:
         running, busy = True, False
         while running:
-            # Block on the inbox only when the last iteration found nothing to do.
-            running = self._drain(block=not busy)
+            # Block on the inbox only when the last step found nothing to do.
+            running = self.drain(block=not busy)
             try:
-                busy = self._iteration()
+                busy = self.step()
             except Exception:  # a bug must not kill the thread that serves everyone
-                log.exception("engine iteration failed")
+                log.exception("engine step failed")
                 for ctx in list(self._contexts.values()):
                     self._fail(ctx, "internal_error", "engine failure")
+                self._deliver()
                 busy = False
-            self.stats.active_contexts = len(self._contexts)
-            self.stats.active_slots = self.scheduler.used_slots
 
-    def _drain(self, block: bool) -> bool:
+    def drain(self, block: bool = False) -> bool:
+        """Handle every message in the inbox; False once asked to shut down."""
         try:
             message = (
                 self.inbox.get(timeout=self.config.idle_wait_s)
@@ -174,170 +255,245 @@ class EngineCore:
                 return True
 
     def _handle(self, message: InboxMessage) -> None:
-        now = time.monotonic()
-        if isinstance(message, OpenContext):
-            self._contexts[message.cid] = _Context(message.cid, message.sink, message.params)
-            self.scheduler.add(message.cid, now, message.max_lead_s)
-            self.vocoder.open(message.cid, message.max_lead_s)
+        if isinstance(message, Register):
+            self._contexts[message.cid] = _Context(message.cid, message.client, message.max_lead_s)
             return
         ctx = self._contexts.get(message.cid)
         if ctx is None:
             return  # already finished or failed; nothing to do
-        if isinstance(message, AppendText):
-            try:
-                units = self.model.ar.frontend.encode(message.text, ctx.params)  # type: ignore[arg-type]
-            except ModelInputError as exc:
-                self._fail(ctx, exc.code, str(exc), exc.param)
-                return
-            except Exception as exc:
-                log.exception("frontend failed")
-                self._fail(ctx, "internal_error", f"text frontend failed: {exc}")
-                return
-            if ctx.state is not None:
-                ctx.state.feed(units)
+        if isinstance(message, Ready):
+            ctx.prepared = message.prepared
+            self.scheduler.enqueue(ctx.cid, ctx.lead)
+        elif isinstance(message, AppendUnits):
+            if ctx.slot is not None:
+                self._feeds.setdefault(ctx.slot, _PendingFeed()).units.extend(message.units)
+                self.scheduler.set_ready(ctx.slot)
             else:
-                ctx.pending_units.extend(units)
+                ctx.units.extend(message.units)
             if message.flush_id is not None:
                 ctx.flushes.append(message.flush_id)
+                if ctx.stream is not None:
+                    self._watch.add(ctx.stream)
         elif isinstance(message, CloseInput):
-            ctx.input_closed = True
-            if ctx.state is not None:
-                ctx.state.close_input()
+            ctx.closed = True
+            if ctx.slot is not None:
+                self._feeds.setdefault(ctx.slot, _PendingFeed()).close = True
+                self.scheduler.set_ready(ctx.slot)
         elif isinstance(message, Cancel):
             self._release(ctx)
-            ctx.sink(ContextReleased(ctx.cid))
+            self._emit(ctx, ContextReleased(ctx.cid))
         elif isinstance(message, Throttle):
-            self.scheduler.set_paused(ctx.cid, message.paused)
-            self.vocoder.set_paused(ctx.cid, message.paused)
-        self._refresh_work(ctx)
+            if ctx.slot is not None:
+                self.scheduler.set_paused(ctx.slot, message.paused)
+            if ctx.stream is not None:
+                self.vocoder.paused[ctx.stream] = message.paused
 
-    def _refresh_work(self, ctx: _Context) -> None:
-        if ctx.state is not None:
-            self.scheduler.set_work(ctx.cid, ctx.state.has_work and not ctx.ar_done)
-
-    def _iteration(self) -> bool:
+    def step(self) -> bool:
+        """One engine step; True when it did anything."""
         now = time.monotonic()
         decision = self.scheduler.schedule(now)
-        for cid in decision.admit:
-            self._admit(self._contexts[cid])
+        for cid, slot in decision.admit:
+            self._admit(self._contexts[cid], slot)
         posted = False
-        if decision.step:
-            # Audio that is playing must not run dry while the AR step holds the
-            # thread: first decode for every context whose buffer ends within
-            # the step's expected duration (and newcomers' first chunks).
-            horizon = 1.5 * self._ar_seconds + URGENT_MARGIN_S
-            for _ in range(MAX_URGENT_PASSES):
-                if not self._vocoder_step(horizon):
-                    break
-                posted = True
+        made = 0.0
+        if len(decision.step) or self._admits or self._free_slots_next:
+            if len(decision.step):
+                # Audio that is playing must not run dry while the AR step holds the
+                # thread: first decode for every stream whose buffer ends within the
+                # step's expected duration (and newcomers' first chunks).
+                horizon = 1.5 * self._ar_seconds + URGENT_MARGIN_S
+                for _ in range(MAX_URGENT_PASSES):
+                    if not self._vocoder_step(horizon):
+                        break
+                    posted = True
             started = time.monotonic()
-            self._ar_step([self._contexts[cid] for cid in decision.step if cid in self._contexts])
-            self._ar_seconds += 0.2 * (time.monotonic() - started - self._ar_seconds)
+            made = self._ar_step(decision.step)
+            if len(decision.step):
+                elapsed = time.monotonic() - started
+                self._ar_seconds += LOAD_SMOOTHING * (elapsed - self._ar_seconds)
         posted = self._vocoder_step() or posted
-        return bool(decision.admit or decision.step or posted)
+        self._update_blocked()
+        self.stats.active_contexts = len(self._contexts)
+        self.stats.active_slots = self.scheduler.used_slots
+        self._deliver()
+        if made > 0:
+            # The share of real time running streams need: a stepped context gains
+            # ``made`` seconds of audio per step; contexts beyond the batch wait turns.
+            turns = max(1.0, self.scheduler.used_slots / len(decision.step))
+            load = (time.monotonic() - now) / made * turns
+            self.load += LOAD_SMOOTHING * (load - self.load)
+        return bool(decision.admit or len(decision.step) or posted)
 
-    def _admit(self, ctx: _Context) -> None:
-        try:
-            ctx.state = self.model.ar.open(ctx.params)  # type: ignore[arg-type]
-        except ModelInputError as exc:
-            self._fail(ctx, exc.code, str(exc), exc.param)
-            return
-        prefix = ctx.state.decoder_prefix
-        if prefix is not None:
-            self.vocoder.prime(ctx.cid, prefix)
-        ctx.state.feed(ctx.pending_units)
-        ctx.pending_units = []
-        if ctx.input_closed:
-            ctx.state.close_input()
-        self._refresh_work(ctx)
+    def _admit(self, ctx: _Context, slot: int) -> None:
+        with self._lock:
+            self._reserved -= 1
+        stream = self._free_streams.pop()
+        ctx.slot, ctx.stream = slot, stream
+        self._stream_of_slot[slot] = stream
+        self._by_stream[stream] = ctx
+        assert ctx.prepared is not None
+        self.vocoder.open(stream, ctx.prepared.conditioning, ctx.lead)
+        self._admits.append(Admit(slot, ctx.prepared))
+        if ctx.units or ctx.closed:
+            self._feeds[slot] = _PendingFeed(ctx.units, ctx.closed)
+            ctx.units = []
+        if ctx.flushes:
+            self._watch.add(stream)
 
-    def _ar_step(self, batch: list[_Context]) -> None:
-        states = [ctx.state for ctx in batch if ctx.state is not None]
+    def _ar_step(self, slots: np.ndarray) -> float:
+        """Run one plan; returns the audio (seconds) a stepped context made, on average."""
+        plan = StepPlan(
+            free=np.asarray(self._free_slots_next, np.int64),
+            admit=tuple(self._admits),
+            feed=tuple(Feed(s, tuple(f.units), f.close) for s, f in self._feeds.items()),
+            step=slots,
+        )
+        self._free_slots_next, self._admits, self._feeds = [], [], {}
         try:
-            outputs = self.model.ar.step(states)  # type: ignore[arg-type]
+            result = self.runner.execute(plan)
         except Exception as exc:
-            log.exception("AR step failed")
-            for ctx in batch:
-                self._fail(ctx, "internal_error", f"model step failed: {exc}")
-            return
+            log.exception("model step failed")
+            touched = set(slots.tolist()) | {a.slot for a in plan.admit}
+            for slot in touched:
+                stream = self._stream_of_slot[slot]
+                ctx = self._by_stream[stream] if stream >= 0 else None
+                if ctx is not None:
+                    self._fail(ctx, "internal_error", f"model step failed: {exc}")
+            return 0.0
+        if not len(slots):
+            return 0.0
         self.stats.steps += 1
         if self._observer is not None:
-            self._observer.ar_batch(len(batch))
-        now = time.monotonic()
-        for ctx, out in zip(batch, outputs, strict=True):
-            ctx.frames += len(out.frames)
-            finished = out.finished
-            if self._max_frames and ctx.frames >= self._max_frames and not finished:
-                finished, out.hit_limit = True, True
-            self.vocoder.push(ctx.cid, out.frames, out.unit_end or finished)
-            self.scheduler.update(
-                ctx.cid,
-                len(out.frames) * self._frame_s,
-                finished,
-                ctx.state.has_work if ctx.state else False,
-                now,
-            )
-            if finished:
-                ctx.ar_done = True
-                ctx.hit_limit = out.hit_limit
-                self.vocoder.close(ctx.cid)
-                self._free_slot(ctx)
+            self._observer.ar_batch(len(slots))
+        return self._apply(slots, result, time.monotonic())
+
+    def _apply(self, slots: np.ndarray, result: StepResult, now: float) -> float:
+        streams = self._stream_of_slot[slots]
+        finished = result.finished.copy()
+        hit_limit = result.hit_limit.copy()
+        if self._max_frames:
+            capped = (self.ring.produced[streams] + result.counts >= self._max_frames) & ~finished
+            finished |= capped
+            hit_limit |= capped
+        self.ring.append(streams, result.counts, result.frames, result.unit_end | finished)
+        audio_s = result.counts * self._frame_s
+        self.scheduler.update(slots, audio_s, finished, result.waiting, now)
+        made = audio_s[result.counts > 0]
+        for row in np.flatnonzero(finished).tolist():
+            ctx = self._by_stream[streams[row]]
+            if ctx is None:
+                continue
+            ctx.ar_done = True
+            ctx.hit_limit = bool(hit_limit[row])
+            self._free_slot(ctx)
+            self._watch.add(int(streams[row]))
+        return float(made.mean()) if len(made) else 0.0
 
     def _vocoder_step(self, horizon: float | None = None) -> bool:
-        starved = {
-            c.cid
-            for c in self._contexts.values()
-            if c.ar_done or (c.state is not None and not c.state.has_work)
-        }
+        starved = np.ones(len(self._by_stream), bool)
+        running = (self.scheduler.cid >= 0) & self.scheduler.ready & ~self.scheduler.finished
+        starved[self._stream_of_slot[running]] = False
         try:
-            audio = self.vocoder.step(time.monotonic(), starved, horizon)
+            decoded = self.vocoder.step(time.monotonic(), starved, horizon)
         except Exception as exc:
             log.exception("vocoder step failed")
             for ctx in list(self._contexts.values()):
-                if not self.vocoder.drained(ctx.cid):
+                if ctx.stream is not None and not self.vocoder.drained(np.array([ctx.stream]))[0]:
                     self._fail(ctx, "internal_error", f"vocoder failed: {exc}")
             return True
+        audio = dict(zip(decoded.streams.tolist(), decoded.audio, strict=True))
         if audio:
             self.stats.vocoder_calls += 1
             if self._observer is not None:
                 self._observer.vocoder_batch(len(audio))
-        posted = False
-        for ctx in list(self._contexts.values()):
-            pcm = audio.get(ctx.cid)
-            idle = ctx.ar_done or (ctx.state is not None and not ctx.state.has_work)
-            drained = idle and self.vocoder.drained(ctx.cid)
-            flushes: tuple[int, ...] = ()
-            if drained and ctx.flushes:
-                flushes, ctx.flushes = tuple(ctx.flushes), []
-            final = drained and ctx.ar_done
-            if pcm is None and not flushes and not final:
-                continue
-            ctx.sink(
-                AudioChunk(
-                    ctx.cid,
-                    pcm if pcm is not None else np.zeros(0, np.float32),
-                    flushes,
-                    final,
-                    ctx.hit_limit and final,
-                )
-            )
-            posted = True
-            if final:
-                self._release(ctx)
-        return posted
+        watched = set(self._watch)
+        for stream in watched:
+            self._post(stream, audio.get(stream))
+        by_stream, events = self._by_stream, self._events
+        for stream, pcm in audio.items():
+            if stream not in watched:  # no flush pending, not finished: just its audio
+                ctx = by_stream[stream]
+                if ctx is not None:
+                    events[ctx.client].append(AudioChunk(ctx.cid, pcm))
+        return bool(audio)
+
+    def _post(self, stream: int, pcm: np.ndarray | None) -> None:
+        """Events for one stream after a vocoder call: its audio, the flushes it
+        completed, and its end."""
+        ctx = self._by_stream[stream]
+        if ctx is None:
+            self._watch.discard(stream)
+            return
+        idle = ctx.ar_done or (ctx.slot is not None and not self.scheduler.ready[ctx.slot])
+        drained = idle and self.ring.produced[stream] <= self.vocoder.emitted[stream]
+        flushes: tuple[int, ...] = ()
+        if drained and ctx.flushes:
+            flushes, ctx.flushes = tuple(ctx.flushes), []
+        final = drained and ctx.ar_done
+        if not (ctx.flushes or ctx.ar_done):
+            self._watch.discard(stream)
+        if pcm is None and not flushes and not final:
+            return
+        empty = np.zeros(0, np.float32)
+        self._emit(
+            ctx,
+            AudioChunk(
+                ctx.cid, empty if pcm is None else pcm, flushes, final, ctx.hit_limit and final
+            ),
+        )
+        if final:
+            self._release(ctx)
+
+    def _update_blocked(self) -> None:
+        """A slot whose frames wait for the vocoder must not make more than fit."""
+        used = np.flatnonzero(self.scheduler.cid >= 0)
+        if len(used):
+            streams = self._stream_of_slot[used]
+            room = self.ring.room(streams, self.vocoder.keep_from(streams))
+            self.scheduler.blocked[used] = room < self.runner.max_frames_per_step
 
     def _free_slot(self, ctx: _Context) -> None:
-        if ctx.state is not None:
-            self.model.ar.close(ctx.state)
-            ctx.state = None
+        if ctx.slot is None:
+            return
+        slot = ctx.slot
         self.scheduler.remove(ctx.cid)
+        self._stream_of_slot[slot] = -1
+        self._feeds.pop(slot, None)
+        admitted = [a for a in self._admits if a.slot == slot]
+        if admitted:  # admitted in this very step: the runner never saw it
+            self._admits.remove(admitted[0])
+        else:
+            self._free_slots_next.append(slot)
+        ctx.slot = None
 
     def _release(self, ctx: _Context) -> None:
+        if ctx.slot is None and ctx.stream is None and ctx.prepared is not None:
+            self.scheduler.remove(ctx.cid)  # prepared, still waiting for a slot
+        if ctx.slot is None and ctx.stream is None:
+            with self._lock:
+                self._reserved -= 1  # never admitted: give its reservation back
         self._free_slot(ctx)
-        self.vocoder.drop(ctx.cid)
+        if ctx.stream is not None:
+            self.vocoder.drop(ctx.stream)
+            self._by_stream[ctx.stream] = None
+            self._watch.discard(ctx.stream)
+            self._free_streams.append(ctx.stream)
+            ctx.stream = None
         self._contexts.pop(ctx.cid, None)
 
     def _fail(self, ctx: _Context, code: str, message: str, param: str | None = None) -> None:
         self.stats.errors[code] = self.stats.errors.get(code, 0) + 1
         self._release(ctx)
-        ctx.sink(ContextFailed(ctx.cid, code, message, param))
+        self._emit(ctx, ContextFailed(ctx.cid, code, message, param))
+
+    def _emit(self, ctx: _Context, event: EngineEvent) -> None:
+        self._events[ctx.client].append(event)
+
+    def _deliver(self) -> None:
+        if not self._events:
+            return
+        events, self._events = self._events, defaultdict(list)
+        for client, batch in events.items():
+            deliver = self._clients.get(client)
+            if deliver is not None:
+                deliver(EngineBatch(batch))

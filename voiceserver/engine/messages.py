@@ -1,40 +1,50 @@
-"""Plain dataclasses crossing the thread boundary between sessions and the engine.
+"""Plain data crossing the boundary between the engine client and the engine.
 
-Inbox messages go from the event loop to the engine thread; events come back
-through a ``sink`` callable that the session supplies (it hops to the event
-loop with ``call_soon_threadsafe``). Cancels are inbox messages, never shared
-flags.
+Inbox messages go from the client (on an event loop) to the engine thread;
+events come back in one :class:`EngineBatch` per client per engine step. No
+closures, no model objects beyond a family's ``Prepared`` inputs (host arrays),
+so the engine could run in a process of its own. Cancels are inbox messages,
+never shared flags.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.base import SynthParams
+from models.base import Prepared
 
-# -- inbox (event loop -> engine) -------------------------------------------
+# -- inbox (client -> engine) -------------------------------------------------
 
 
 @dataclass(frozen=True)
-class OpenContext:
+class Register:
+    """A context exists: its text may arrive before its inputs are prepared."""
+
     cid: int
-    params: SynthParams
-    sink: Callable[[EngineEvent], None]
+    client: int
+    """Which client gets the context's events (``EngineCore.attach``)."""
     max_lead_s: float | None = None
-    """How far ahead of real-time playout this context may run; None: the
-    engine's default (live streams). File requests pass a larger value."""
+    """How far ahead of real-time playout the context may run; None: the engine's
+    default (live streams). File requests pass a larger value."""
 
 
 @dataclass(frozen=True)
-class AppendText:
-    """One text segment; ``flush_id`` (if set) is acknowledged once all audio
-    of the text sent so far has been posted."""
+class Ready:
+    """The context's inputs are prepared: it may take a model slot."""
 
     cid: int
-    text: str
+    prepared: Prepared
+
+
+@dataclass(frozen=True)
+class AppendUnits:
+    """Input units (encoded text). ``flush_id`` (if set) is acknowledged once all
+    audio of the input sent so far has been posted."""
+
+    cid: int
+    units: tuple[np.ndarray, ...]
     flush_id: int | None = None
 
 
@@ -62,9 +72,9 @@ class Shutdown:
     pass
 
 
-InboxMessage = OpenContext | AppendText | CloseInput | Cancel | Throttle | Shutdown
+InboxMessage = Register | Ready | AppendUnits | CloseInput | Cancel | Throttle | Shutdown
 
-# -- events (engine -> event loop) ------------------------------------------
+# -- events (engine -> client) ------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,13 @@ class ContextReleased:
 
 
 EngineEvent = AudioChunk | ContextFailed | ContextReleased
+
+
+@dataclass(frozen=True)
+class EngineBatch:
+    """One engine step's events for one client, in order."""
+
+    events: list[EngineEvent]
 
 
 @dataclass

@@ -1,50 +1,37 @@
-"""ARScheduler: which contexts get a model slot, and which step next.
+"""ARScheduler: which contexts get a model slot, and which slots step next.
 
-Plain Python, no torch, no clock reads (``now`` is passed in), so it is tested
-with fakes. Policy, in order:
+Plain Python and numpy, no torch, no clock reads (``now`` is passed in), so it
+is tested with fakes. State is kept in arrays indexed by model slot, so one
+decision costs a few vector operations whatever the number of contexts.
+Policy, in order:
 
-1. Admission: waiting contexts take free slots first come, first served.
+1. Admission: contexts whose inputs are prepared take free slots, first come,
+   first served.
 2. Time to first audio first: a context that has produced no audio yet runs
    before any context that has.
-3. Then smallest slack: slack = audio produced - audio the listener has
-   played since the context's first audio. The context closest to running dry
-   goes first.
-4. A context more than ``max_lead_s`` ahead of its playout is not stepped, so
-   it never takes device time from one that is behind, and never buffers
-   without bound.
-5. A paused context (its consumer has not taken its audio yet) is not stepped.
+3. Then smallest slack: slack = audio produced - audio the listener has played
+   since the context's first audio. The context closest to running dry goes first.
+4. A context more than its lead (``max_lead_s``) ahead of its playout is not
+   stepped, so it never takes device time from one that is behind and never
+   buffers without bound; neither is a paused one (its consumer has not taken
+   its audio), a blocked one (its frames wait for the vocoder), one waiting for
+   input, or a finished one.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import numpy as np
 
 
-@dataclass
-class SchedContext:
-    cid: int
-    arrival: float
-    seq: int
-    admitted: bool = False
-    has_work: bool = False
-    finished: bool = False
-    audio_s: float = 0.0
-    """Seconds of audio produced so far."""
-    first_audio_at: float | None = None
-    max_lead_s: float = 30.0
-    paused: bool = False
-
-    def slack(self, now: float) -> float:
-        if self.first_audio_at is None:
-            return float("-inf")
-        return self.audio_s - (now - self.first_audio_at)
-
-
-@dataclass
+@dataclass(frozen=True)
 class ScheduleDecision:
-    admit: list[int] = field(default_factory=list)
-    step: list[int] = field(default_factory=list)
+    admit: list[tuple[int, int]]
+    """(context id, slot) pairs to admit this step."""
+    step: np.ndarray
+    """int64 slots to step."""
 
 
 class ARScheduler:
@@ -54,81 +41,120 @@ class ARScheduler:
         self.max_slots = max_slots
         self.max_batch = max_batch
         self.max_lead_s = max_lead_s
-        self.contexts: dict[int, SchedContext] = {}
-        self.waiting: deque[int] = deque()
-        self.used_slots = 0
+        n = max_slots
+        self.cid = np.full(n, -1, np.int64)
+        self.ready = np.zeros(n, bool)
+        """The model can make progress (not waiting for input)."""
+        self.finished = np.zeros(n, bool)
+        self.paused = np.zeros(n, bool)
+        self.blocked = np.zeros(n, bool)
+        self.first_audio = np.full(n, np.nan)
+        self.audio_s = np.zeros(n)
+        self.lead = np.full(n, max_lead_s)
+        self.order = np.zeros(n, np.int64)
+        self._free = list(range(n - 1, -1, -1))
+        self._waiting: deque[tuple[int, float]] = deque()
+        self._waiting_ids: set[int] = set()
+        self._slot: dict[int, int] = {}
         self._seq = 0
 
-    def add(self, cid: int, now: float, max_lead_s: float | None = None) -> None:
-        """``max_lead_s`` overrides the default lead for this context (e.g. a
-        file request that nobody plays in real time)."""
-        self._seq += 1
-        lead = self.max_lead_s if max_lead_s is None else max_lead_s
-        self.contexts[cid] = SchedContext(cid, now, self._seq, max_lead_s=lead)
-        self.waiting.append(cid)
+    # -- contexts ------------------------------------------------------------
 
-    def remove(self, cid: int) -> bool:
-        """Forget a context; returns True when it held a slot (now free)."""
-        ctx = self.contexts.pop(cid, None)
-        if ctx is None:
-            return False
-        if ctx.admitted:
-            self.used_slots -= 1
-            return True
-        self.waiting.remove(cid)
-        return False
+    def enqueue(self, cid: int, max_lead_s: float | None = None) -> None:
+        """A context whose inputs are prepared asks for a slot."""
+        self._waiting.append((cid, self.max_lead_s if max_lead_s is None else max_lead_s))
+        self._waiting_ids.add(cid)
 
-    def set_work(self, cid: int, has_work: bool) -> None:
-        ctx = self.contexts.get(cid)
-        if ctx is not None:
-            ctx.has_work = has_work
+    def remove(self, cid: int) -> int | None:
+        """Forget a context; returns the slot it held (now free), if any."""
+        if cid in self._waiting_ids:
+            self._waiting_ids.discard(cid)
+            self._waiting = deque(w for w in self._waiting if w[0] != cid)
+            return None
+        slot = self._slot.pop(cid, None)
+        if slot is None:
+            return None
+        self.cid[slot] = -1
+        self.ready[slot] = self.finished[slot] = self.paused[slot] = self.blocked[slot] = False
+        self._free.append(slot)
+        return slot
 
-    def set_paused(self, cid: int, paused: bool) -> None:
-        ctx = self.contexts.get(cid)
-        if ctx is not None:
-            ctx.paused = paused
+    def slot_of(self, cid: int) -> int | None:
+        return self._slot.get(cid)
+
+    # -- decisions -----------------------------------------------------------
 
     def schedule(self, now: float) -> ScheduleDecision:
-        decision = ScheduleDecision()
-        while self.waiting and self.used_slots < self.max_slots:
-            cid = self.waiting.popleft()
-            self.contexts[cid].admitted = True
-            self.used_slots += 1
-            decision.admit.append(cid)
+        admit = []
+        while self._waiting and self._free:
+            cid, lead = self._waiting.popleft()
+            self._waiting_ids.discard(cid)
+            slot = self._free.pop()
+            self._seq += 1
+            self.cid[slot] = cid
+            self.ready[slot] = True
+            self.finished[slot] = self.paused[slot] = self.blocked[slot] = False
+            self.first_audio[slot] = np.nan
+            self.audio_s[slot] = 0.0
+            self.lead[slot] = lead
+            self.order[slot] = self._seq
+            self._slot[cid] = slot
+            admit.append((cid, slot))
+        live = np.flatnonzero(
+            self.ready & ~self.finished & ~self.paused & ~self.blocked & (self.cid >= 0)
+        )
+        if not len(live):
+            return ScheduleDecision(admit, live)
+        first = self.first_audio[live]
+        # No audio yet: slack -inf, so it sorts first.
+        slack = np.where(np.isnan(first), -np.inf, self.audio_s[live] - (now - first))
+        keep = slack <= self.lead[live]
+        live, slack = live[keep], slack[keep]
+        if len(live) > self.max_batch:
+            chosen = np.lexsort((self.order[live], slack))[: self.max_batch]
+            live = live[chosen]
+        return ScheduleDecision(admit, live)
 
-        ready = [
-            c
-            for c in self.contexts.values()
-            if c.admitted
-            and c.has_work
-            and not c.finished
-            and not c.paused
-            and c.slack(now) <= c.max_lead_s
-        ]
-        # No audio yet sorts first (slack -inf), oldest first among those.
-        ready.sort(key=lambda c: (c.slack(now), c.seq))
-        decision.step = [c.cid for c in ready[: self.max_batch]]
-        return decision
+    def update(
+        self,
+        slots: np.ndarray,
+        audio_s: np.ndarray,
+        finished: np.ndarray,
+        waiting: np.ndarray,
+        now: float,
+    ) -> None:
+        """Record a step's results for ``slots`` (arrays in the same order)."""
+        started = (audio_s > 0) & np.isnan(self.first_audio[slots])
+        self.first_audio[slots[started]] = now
+        self.audio_s[slots] += audio_s
+        self.finished[slots] |= finished
+        self.ready[slots] = ~waiting
 
-    def update(self, cid: int, audio_s: float, finished: bool, has_work: bool, now: float) -> None:
-        ctx = self.contexts.get(cid)
-        if ctx is None:
-            return
-        if audio_s > 0 and ctx.first_audio_at is None:
-            ctx.first_audio_at = now
-        ctx.audio_s += audio_s
-        ctx.finished = ctx.finished or finished
-        ctx.has_work = has_work and not ctx.finished
+    def set_ready(self, slot: int) -> None:
+        """New input arrived (or the input closed): the slot can progress again."""
+        self.ready[slot] = True
+
+    def set_paused(self, slot: int, paused: bool) -> None:
+        self.paused[slot] = paused
 
     def next_wakeup(self, now: float) -> float | None:
-        """Earliest time a context held back by ``max_lead_s`` becomes ready."""
-        times = [
-            c.first_audio_at + c.audio_s - c.max_lead_s
-            for c in self.contexts.values()
-            if c.admitted and c.has_work and not c.finished and c.first_audio_at is not None
-        ]
-        return min(times) if times else None
+        """Earliest time a context held back by its lead becomes ready."""
+        held = self.ready & ~self.finished & ~self.paused & (self.cid >= 0)
+        held &= ~np.isnan(self.first_audio)
+        if not held.any():
+            return None
+        return float(np.min(self.first_audio[held] + self.audio_s[held] - self.lead[held]))
+
+    # -- queries -------------------------------------------------------------
+
+    @property
+    def used_slots(self) -> int:
+        return self.max_slots - len(self._free)
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return len(self._waiting)

@@ -44,13 +44,21 @@ class ApiError(Exception):
     """A request the endpoint refuses; becomes one JSON error response."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.retry_after = retry_after
+        """Seconds a client should wait before retrying (503), sent as Retry-After."""
 
     @property
     def type(self) -> str:
@@ -90,6 +98,8 @@ def error_response(
         headers["www-authenticate"] = "Bearer"
     if err.status == 408:
         headers["connection"] = "close"  # the rest of the body may still be on its way
+    if err.retry_after is not None:
+        headers["retry-after"] = str(err.retry_after)
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 

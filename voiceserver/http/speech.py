@@ -76,6 +76,7 @@ from voiceserver.audio.containers import (
     SAMPLE_RATES,
     FileStream,
 )
+from voiceserver.engine.client import Overloaded
 from voiceserver.engine.messages import AudioChunk
 from voiceserver.http.errors import (
     ApiError,
@@ -409,7 +410,13 @@ class SpeechStream:
         self._file = await self._encode(
             FileStream, request.response_format, rate, request.sample_rate
         )
-        utterance = Utterance(self.rt, request.params, endpoint=self.endpoint)
+        try:
+            utterance = Utterance(self.rt, request.params, endpoint=self.endpoint)
+        except Overloaded as exc:
+            self.close()
+            raise ApiError(
+                503, f"{exc}", code=ErrorCode.OVERLOADED, retry_after=exc.retry_after_s
+            ) from None
         self._utterance = utterance
         self._events = utterance.events()
         utterance.append(self.request.text)

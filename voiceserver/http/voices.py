@@ -19,7 +19,7 @@ its ``api_server.py``) and OpenAI's custom voices, so clients of either work:
 - ``DELETE /v1/audio/voices/{name}``: ``{"success": true, "id", "object":
   "audio.voice", "deleted": true, "message"}``; an unknown name is a 404.
 
-The voice is computed once at upload (``ARModel.clone_voice``: speaker
+The voice is computed once at upload (``ModelRunner.clone_voice``: speaker
 embedding, reference codes) and stored (``voiceserver.voices.VoiceStore``), so
 requests naming it skip the reference audio entirely. Cloning runs in a worker
 thread (``asyncio.to_thread``), one upload at a time: it must not stall the event
@@ -260,7 +260,7 @@ async def clone_and_store(rt: Runtime, upload: Upload) -> StoredVoice:
         async with store.upload_lock:
             store.check_name(name)  # taken while this upload waited?
             cloned = await asyncio.to_thread(
-                rt.model.ar.clone_voice, upload.audio, upload.ref_text, x_only
+                rt.model.runner.clone_voice, upload.audio, upload.ref_text, x_only
             )
             record = VoiceRecord(
                 name=name,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from protocol.messages import ContextSettings
 from voiceserver.audio import OutputStage
+from voiceserver.engine.client import ContextHandle
 from voiceserver.metrics import RequestTracker
 from voiceserver.text.segmenter import TextSegmenter
 from voiceserver.text.words import WordStreamer
@@ -16,8 +17,8 @@ from voiceserver.text.words import WordStreamer
 @dataclass
 class LiveContext:
     context_id: str
-    cid: int
-    """The engine's id for this context."""
+    handle: ContextHandle
+    """The context on the engine's side."""
     settings: ContextSettings
     stage: OutputStage
     segmenter: TextSegmenter | None
@@ -36,6 +37,10 @@ class LiveContext:
     timer: asyncio.TimerHandle | None = None
     stage_lock: threading.Lock = field(default_factory=threading.Lock)
     """Orders encode and close of ``stage`` across encode-pool threads."""
+
+    @property
+    def cid(self) -> int:
+        return self.handle.cid
 
     def cancel_timer(self) -> None:
         if self.timer is not None:

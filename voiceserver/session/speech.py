@@ -39,15 +39,8 @@ from protocol.events import (
 from protocol.messages import ContextSettings, Usage
 from protocol.session import ServerSession
 from voiceserver.audio import AudioFormat, make_output
-from voiceserver.engine.messages import (
-    AppendText,
-    AudioChunk,
-    Cancel,
-    CloseInput,
-    ContextFailed,
-    EngineEvent,
-    OpenContext,
-)
+from voiceserver.engine.client import Overloaded
+from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.context import LiveContext
@@ -204,12 +197,16 @@ class SpeechSession:
             if buffer.max_delay_ms is not None:
                 seg_config = replace(seg_config, max_delay_ms=buffer.max_delay_ms)
             segmenter = TextSegmenter(seg_config)
-        cid = self.rt.engine.new_cid()
+        try:
+            handle = self.rt.client.open(params, self._on_engine_event)
+        except Overloaded as exc:
+            stage.close()
+            self._reject(event, ProtocolError(ErrorCode.OVERLOADED, f"{exc}"))
+            return
         tracker = self.rt.metrics.track("ws")
-        ctx = LiveContext(event.context_id, cid, settings, stage, segmenter, words, tracker)
+        ctx = LiveContext(event.context_id, handle, settings, stage, segmenter, words, tracker)
         self._contexts[ctx.context_id] = ctx
-        self._by_cid[cid] = ctx
-        self.rt.engine.submit(OpenContext(cid, params, self._sink))
+        self._by_cid[handle.cid] = ctx
         self._put_text(self.proto.context_created(ctx.context_id), ctx, opens=True)
         if settings.timestamps == "word":
             self._put_text(
@@ -249,7 +246,7 @@ class SpeechSession:
         ctx.tracker.text_arrived()
         if ctx.words is not None:
             for piece in ctx.words.push(event.text):
-                self.rt.engine.submit(AppendText(ctx.cid, piece))
+                ctx.handle.append(piece)
         else:
             assert ctx.segmenter is not None
             self._submit_segments(ctx, ctx.segmenter.push(event.text, time.monotonic()))
@@ -259,7 +256,7 @@ class SpeechSession:
 
     def _submit_segments(self, ctx: LiveContext, segments: list[Segment]) -> None:
         for segment in segments:
-            self.rt.engine.submit(AppendText(ctx.cid, segment.text))
+            ctx.handle.append(segment.text)
 
     def _arm_timer(self, ctx: LiveContext) -> None:
         ctx.cancel_timer()
@@ -292,16 +289,16 @@ class SpeechSession:
         ctx.flush_names[engine_flush] = flush_id
         *pieces, last = self._take_buffered(ctx) or [""]
         for piece in pieces:
-            self.rt.engine.submit(AppendText(ctx.cid, piece))
-        self.rt.engine.submit(AppendText(ctx.cid, last, engine_flush))
+            ctx.handle.append(piece)
+        ctx.handle.append(last, engine_flush)
 
     def _end(self, ctx: LiveContext) -> None:
         if ctx.gone or ctx.ended:
             return
         ctx.ended = True
         for piece in self._take_buffered(ctx):
-            self.rt.engine.submit(AppendText(ctx.cid, piece))
-        self.rt.engine.submit(CloseInput(ctx.cid))
+            ctx.handle.append(piece)
+        ctx.handle.close_input()
 
     def _cancel(self, context_id: str) -> None:
         ctx = self._contexts.get(context_id)
@@ -318,18 +315,12 @@ class SpeechSession:
             return
         ctx.gone = True
         ctx.cancel_timer()
-        self.rt.engine.submit(Cancel(ctx.cid))
+        ctx.handle.cancel()
         self._contexts.pop(ctx.context_id, None)
         self._by_cid.pop(ctx.cid, None)
         self._loop.run_in_executor(self.rt.encode_pool, _close_stage, ctx)
 
-    # -- engine events (engine thread -> event loop) -----------------------
-
-    def _sink(self, event: EngineEvent) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._on_engine_event, event)
-        except RuntimeError:
-            pass  # the loop is gone; the session is over
+    # -- engine events (on the event loop) -----------------------------------
 
     def _on_engine_event(self, event: EngineEvent) -> None:
         ctx = self._by_cid.get(event.cid)

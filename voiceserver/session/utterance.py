@@ -16,16 +16,8 @@ import time
 from collections.abc import AsyncIterator
 
 from models.base import SynthParams
-from voiceserver.engine.messages import (
-    AppendText,
-    AudioChunk,
-    Cancel,
-    CloseInput,
-    ContextFailed,
-    EngineEvent,
-    OpenContext,
-    Throttle,
-)
+from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
+from voiceserver.metrics import RequestTracker
 from voiceserver.runtime import Runtime
 from voiceserver.text.segmenter import TextSegmenter
 from voiceserver.text.words import WordStreamer
@@ -45,15 +37,15 @@ class Utterance:
         split: str = "auto",
         endpoint: str = "http",
         live: bool = False,
+        tracker: RequestTracker | None = None,
     ) -> None:
         """``split``: ``auto`` (clause/sentence segmentation), ``sentence`` (only
         sentence ends) or ``none`` (everything waits for flush/end). ``endpoint``
-        labels this request's metrics. ``live``: a listener plays the audio as it
-        comes, so it is paced at real time beyond the engine's lead; otherwise
-        (files) it runs ahead as fast as the device allows."""
+        labels this request's metrics (or pass the request's ``tracker``). ``live``:
+        a listener plays the audio as it comes, so it is paced at real time beyond
+        the engine's lead; otherwise (files) it runs ahead as fast as the device
+        allows. Raises Overloaded when the engine cannot take it now."""
         self.rt = rt
-        self.tracker = rt.metrics.track(endpoint)
-        self.cid = rt.engine.new_cid()
         self.chars = 0
         self.samples = 0
         self.started_at = time.monotonic()
@@ -72,55 +64,54 @@ class Utterance:
             config = rt.model_config.segmenter.with_split(split)  # type: ignore[arg-type]
             self._words, self._segmenter = None, TextSegmenter(config)
         lead = None if live else rt.model_config.engine.offline_max_lead_s
-        rt.engine.submit(OpenContext(self.cid, params, self._sink, lead))
+        self.handle = rt.client.open(params, self._arrived, lead)
+        self.tracker = tracker or rt.metrics.track(endpoint)
 
-    def _sink(self, event: EngineEvent) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._arrived, event)
-        except RuntimeError:
-            pass
+    @property
+    def cid(self) -> int:
+        return self.handle.cid
 
     def _arrived(self, event: EngineEvent) -> None:
         if isinstance(event, AudioChunk):
             self._queued_samples += len(event.pcm)
             if not self._paused and self._queued_samples > self._high_water:
                 self._paused = True
-                self.rt.engine.submit(Throttle(self.cid, True))
+                self.handle.throttle(True)
         self._queue.put_nowait(event)
 
     def _taken(self, samples: int) -> None:
         self._queued_samples -= samples
         if self._paused and self._queued_samples <= self._high_water // 2:
             self._paused = False
-            self.rt.engine.submit(Throttle(self.cid, False))
+            self.handle.throttle(False)
 
     def append(self, text: str) -> None:
         self.chars += len(text)
         self.tracker.text_arrived()
         if self._words is not None:
             for piece in self._words.push(text):
-                self.rt.engine.submit(AppendText(self.cid, piece))
+                self.handle.append(piece)
             return
         assert self._segmenter is not None
         for segment in self._segmenter.push(text, time.monotonic()):
-            self.rt.engine.submit(AppendText(self.cid, segment.text))
+            self.handle.append(segment.text)
 
     def flush(self, flush_id: int | None = None) -> None:
         rest = self._take_rest()
         if flush_id is not None:
             *rest, last = rest or [""]
         for piece in rest:
-            self.rt.engine.submit(AppendText(self.cid, piece))
+            self.handle.append(piece)
         if flush_id is not None:
-            self.rt.engine.submit(AppendText(self.cid, last, flush_id))
+            self.handle.append(last, flush_id)
 
     def end(self) -> None:
         if self._ended:
             return
         self._ended = True
         for piece in self._take_rest():
-            self.rt.engine.submit(AppendText(self.cid, piece))
-        self.rt.engine.submit(CloseInput(self.cid))
+            self.handle.append(piece)
+        self.handle.close_input()
 
     def _take_rest(self) -> list[str]:
         """What is still buffered, in pieces of bounded size."""
@@ -133,7 +124,7 @@ class Utterance:
         if not self._finished:
             self._finished = True
             self.tracker.cancelled()
-            self.rt.engine.submit(Cancel(self.cid))
+            self.handle.cancel()
 
     async def events(self) -> AsyncIterator[AudioChunk]:
         """Audio chunks until the final one; raises UtteranceError on failure."""

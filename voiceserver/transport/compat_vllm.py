@@ -65,13 +65,14 @@ from protocol.validation import check_text
 from voiceserver.audio import AudioFormat, OutputStage, make_output, wav_header
 from voiceserver.audio.containers import encode_whole_file
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
+from voiceserver.engine.client import Overloaded
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.peer import FAREWELL_S, PeerGone, say_farewell
 from voiceserver.session.utterance import Utterance, UtteranceError
 from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
 from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
-from voiceserver.transport.ws import WebSocketPeer
+from voiceserver.transport.ws import WebSocketPeer, refuse_full
 
 log = logging.getLogger(__name__)
 
@@ -514,13 +515,12 @@ class CompatSession:
         if not describe:
             await send_start()
         encoder = SentenceEncoder(spec, caps.sample_rate)
-        tracker = self.rt.metrics.track(ENDPOINT)
-        tracker.text_arrived()
         total = 0
         failure: UtteranceError | None = None
         try:
+            # The utterance's own tracker counts this sentence in the metrics, once.
             async with Utterance(
-                self.rt, job.settings.params, "none", endpoint="ws_compat", live=True
+                self.rt, job.settings.params, "none", endpoint=ENDPOINT, live=True
             ) as utterance:
                 utterance.append(job.text)
                 utterance.end()
@@ -528,19 +528,15 @@ class CompatSession:
                     data = await self._loop.run_in_executor(
                         self.rt.encode_pool, encoder.feed, chunk.pcm, chunk.final
                     )
-                    tracker.audio(
-                        len(chunk.pcm) / caps.sample_rate, len(chunk.pcm) // caps.samples_per_frame
-                    )
                     if data:
                         await send_start()
                         await self._send_bytes(data)
                         total += len(data)
-            tracker.done()
         except UtteranceError as exc:
             failure = exc
-            tracker.failed(exc.code)
-        finally:
-            tracker.cancelled()  # a no-op unless done()/failed() was never reached
+        except Overloaded as exc:
+            self.rt.metrics.error(ENDPOINT, "overloaded")
+            failure = UtteranceError("overloaded", str(exc))
         await send_start()
         if failure is not None:
             partial = total > 0
@@ -574,6 +570,9 @@ async def vllm_speech_stream(ws: WebSocket) -> None:
     if not await admit_websocket(ws, rt.server.api_keys):
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
+    if rt.engine.full:
+        await refuse_full(ws, rt, ENDPOINT)
+        return
     rt.session_opened(ENDPOINT)
     try:
         await CompatSession(rt, ws).run()

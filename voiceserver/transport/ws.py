@@ -93,6 +93,9 @@ async def speech_websocket(ws: WebSocket) -> None:
         )
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
+    if rt.engine.full:
+        await refuse_full(ws, rt, "ws")
+        return
     session = SpeechSession(rt, proto, WebSocketPeer(ws))
     rt.session_opened("ws")
     rt.lifecycle.register(session)
@@ -126,6 +129,13 @@ async def speech_websocket(ws: WebSocket) -> None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+async def refuse_full(ws: WebSocket, rt: Runtime, endpoint: str) -> None:
+    """The engine takes no new context now: a session could not be served at all."""
+    rt.metrics.error(endpoint, str(ErrorCode.OVERLOADED))
+    with contextlib.suppress(Exception):
+        await ws.close(code=int(CloseCode.TRY_AGAIN_LATER), reason="server full; retry later")
 
 
 IDLE_POLL_MIN_S = 0.05

@@ -12,6 +12,7 @@ from piper.config import SynthesisConfig
 from models.base import DecodeItem, SynthParams
 from models.piper.loader import load
 from models.piper.split import split_voice
+from tests.models.drive import chunk_items, units_of
 
 TEXT = "Hello there, how are you today? The quick brown fox jumps over the lazy dog."
 
@@ -55,7 +56,7 @@ def test_split_graphs_compose_to_the_original_exactly() -> None:
 
 
 def test_frontend_units_are_piper_sentences(voice: PiperVoice, model) -> None:  # type: ignore[no-untyped-def]
-    units = model.ar.frontend.encode(TEXT, SynthParams(voice="joe"))
+    units = [u.tolist() for u in model.runner.encode_text(TEXT)]
     expected = [voice.phonemes_to_ids(p) for p in voice.phonemize(TEXT) if p]
     assert units == expected and len(units) == 2
 
@@ -64,25 +65,13 @@ def test_frontend_units_are_piper_sentences(voice: PiperVoice, model) -> None:  
 def test_chunked_decode_equals_one_shot(voice: PiperVoice, model, chunk_plan: list[int]) -> None:  # type: ignore[no-untyped-def]
     """Acoustic stage per sentence + windowed chunked vocoder == piper one-shot (>= 40 dB; measured ~120)."""
     params = SynthParams(voice="joe")
-    state = model.ar.open(params)
-    state.feed(model.ar.frontend.encode(TEXT, params))
-    state.close_input()
     streamed = []
-    while state.has_work:
-        (out,) = model.ar.step([state])
-        if not len(out.frames):
-            continue
-        frames, start, plan, pieces = out.frames, 0, list(chunk_plan), []
-        while start < len(frames):
-            size = plan.pop(0) if len(plan) > 1 else plan[0]
-            end = min(len(frames), start + size)
-            item = DecodeItem(stream=None, frames=frames, start=start, end=end, unit_closed=True)
-            (audio,) = model.vocoder.decode([item])
-            assert len(audio) == (end - start) * model.vocoder.samples_per_frame
-            pieces.append(audio)
-            start = end
+    for frames in units_of(model, params, model.runner.encode_text(TEXT)):
+        items = chunk_items(model, None, frames, chunk_plan)
+        pieces = model.vocoder.decode(items)
+        for item, audio in zip(items, pieces, strict=True):
+            assert len(audio) == item.chunk_frames * model.vocoder.samples_per_frame
         streamed.append(np.concatenate(pieces))
-    model.ar.close(state)
     reference = one_shot(voice, TEXT)
     assert len(streamed) == len(reference)
     for got, want in zip(streamed, reference, strict=True):
@@ -93,7 +82,7 @@ def test_chunked_decode_equals_one_shot(voice: PiperVoice, model, chunk_plan: li
 def test_batched_decode_equals_single(model) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(0)
     frames = [rng.standard_normal((60, 192)).astype(np.float32) * 0.5 for _ in range(3)]
-    items = [DecodeItem(None, f, 20, 28, unit_closed=False) for f in frames]
+    items = [DecodeItem(None, f[4:44], 16, 16) for f in frames]
     batched = model.vocoder.decode(items)
     for item, got in zip(items, batched, strict=True):
         (alone,) = model.vocoder.decode([item])
@@ -102,12 +91,8 @@ def test_batched_decode_equals_single(model) -> None:  # type: ignore[no-untyped
 
 def test_speed_shortens_audio(model) -> None:  # type: ignore[no-untyped-def]
     lengths = {}
+    units = model.runner.encode_text("Counting one two three four five.")
     for speed in (1.0, 2.0):
-        params = SynthParams(voice="joe", speed=speed)
-        state = model.ar.open(params)
-        state.feed(model.ar.frontend.encode("Counting one two three four five.", params))
-        state.close_input()
-        (out,) = model.ar.step([state])
-        lengths[speed] = len(out.frames)
-        model.ar.close(state)
+        (frames,) = units_of(model, SynthParams(voice="joe", speed=speed), units)
+        lengths[speed] = len(frames)
     assert lengths[2.0] < 0.65 * lengths[1.0]

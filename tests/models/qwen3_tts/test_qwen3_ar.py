@@ -1,4 +1,5 @@
-"""The talker behind ARModel: waiting for text, limits, sampling, and request errors."""
+"""The talker behind the ModelRunner contract: waiting for text, limits, sampling,
+and request errors."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models.base import LoadedModel, ModelInputError, SynthParams
+from models.base import Admit, Feed, LoadedModel, ModelInputError, SynthParams
 from models.qwen3_tts.loader import load
+from tests.models.drive import plan
 from tests.models.qwen3_tts.driver import Job, run_jobs
 
 TEXT = "The quick brown fox jumps over the lazy dog."
@@ -30,28 +32,27 @@ def params(voice: str = "ryan", **extra: Any) -> SynthParams:
 
 
 def test_context_waits_for_text_then_continues(cv: LoadedModel) -> None:
-    ar = cv.ar
-    ids = ar.frontend.encode(TEXT, params())[0]
-    state = ar.open(params(max_new_tokens=12))
-    assert state.has_work  # the voice/language prompt runs before any text arrives
-    out = ar.step([state])[0]
-    assert out.frames.shape == (0, 16) and not out.finished
-    assert not state.has_work  # nothing to say yet
-    state.feed([ids[:2]])
-    frames = []
+    runner = cv.runner
+    (ids,) = runner.encode_text(TEXT)
+    prepared = runner.prepare(params(max_new_tokens=12))
+    # The voice/language prompt runs before any text arrives, then the slot waits.
+    result = runner.execute(plan([0], (Admit(0, prepared),)))
+    assert result.counts[0] == 0 and not result.finished[0] and result.waiting[0]
+    result = runner.execute(plan([0], feed=(Feed(0, (ids[:2],)),)))
+    frames = [result.frames]
     for _ in range(10):
-        if not state.has_work:
+        if result.waiting[0]:
             break
-        out = ar.step([state])[0]
-        frames.append(out.frames)
-        assert not out.finished
-    assert not state.has_work  # text ran dry before the input closed: it waits
-    state.feed([ids[2:]])
-    state.close_input()
-    while state.has_work:
-        out = ar.step([state])[0]
-        frames.append(out.frames)
-    ar.close(state)
+        result = runner.execute(plan([0]))
+        frames.append(result.frames)
+        assert not result.finished[0]
+    assert result.waiting[0]  # text ran dry before the input closed: it waits
+    result = runner.execute(plan([0], feed=(Feed(0, (ids[2:],), close=True),)))
+    frames.append(result.frames)
+    while not result.finished[0]:
+        result = runner.execute(plan([0]))
+        frames.append(result.frames)
+    runner.execute(plan(free=[0]))
     codes = np.concatenate(frames)
     alone = run_jobs(cv, [Job(params(max_new_tokens=12), TEXT)])[0].codes
     np.testing.assert_array_equal(codes, alone)
@@ -63,22 +64,22 @@ def test_max_frames_ends_with_hit_limit(cv: LoadedModel) -> None:
 
 
 def test_non_streaming_waits_for_the_whole_text(cv: LoadedModel) -> None:
-    ar = cv.ar
-    state = ar.open(params(streaming_text=False, max_new_tokens=5))
-    state.feed(ar.frontend.encode(TEXT, params()))
-    assert not state.has_work
-    state.close_input()
-    assert state.has_work
-    ar.close(state)
+    runner = cv.runner
+    prepared = runner.prepare(params(streaming_text=False, max_new_tokens=5))
+    units = tuple(runner.encode_text(TEXT))
+    result = runner.execute(plan([0], (Admit(0, prepared),), (Feed(0, units),)))
+    assert result.waiting[0] and result.counts[0] == 0  # all text first, then it speaks
+    result = runner.execute(plan([0], feed=(Feed(0, close=True),)))
+    assert not result.waiting[0]
+    runner.execute(plan(free=[0]))
 
 
 def test_closed_without_text_finishes_silently(cv: LoadedModel) -> None:
-    ar = cv.ar
-    state = ar.open(params())
-    state.close_input()
-    out = ar.step([state])[0]
-    assert out.finished and not out.hit_limit and out.frames.shape == (0, 16)
-    ar.close(state)
+    runner = cv.runner
+    prepared = runner.prepare(params())
+    result = runner.execute(plan([0], (Admit(0, prepared),), (Feed(0, close=True),)))
+    assert result.finished[0] and not result.hit_limit[0] and result.frames.shape == (0, 16)
+    runner.execute(plan(free=[0]))
 
 
 def test_seeded_sampling_is_reproducible_in_any_batch(cv: LoadedModel) -> None:
@@ -94,13 +95,16 @@ def test_seeded_sampling_is_reproducible_in_any_batch(cv: LoadedModel) -> None:
 
 
 def test_slots_are_reused(cv: LoadedModel) -> None:
-    for _ in range(cv.ar.max_contexts + 2):
+    for _ in range(cv.runner.max_slots + 2):
         run_jobs(cv, [Job(params(max_new_tokens=2), "Hi.")])
 
 
 def expect(model: LoadedModel, p: SynthParams, code: str, param: str) -> None:
+    """Refused while validating (cheap) or, for what needs the audio decoded, while
+    preparing: either way with the field named."""
     with pytest.raises(ModelInputError) as info:
-        model.ar.validate(p)
+        model.runner.validate(p)
+        model.runner.prepare(p)
     assert (info.value.code, info.value.param) == (code, param), str(info.value)
 
 
@@ -137,12 +141,12 @@ def test_request_errors_name_the_param(cv: LoadedModel, base: LoadedModel) -> No
     expect(base, params("clone", speaker_embedding=[0.0] * 3), "invalid_field", "speaker_embedding")
     url = params("clone", ref_audio="https://example.com/me.wav", ref_text="hi")
     expect(base, url, "unsupported_value", "ref_audio")  # URL fetching is off
-    base.ar.validate(params("clone", x_vector_only=True, **audio))
+    base.runner.validate(params("clone", x_vector_only=True, **audio))
 
 
 def test_voice_prompt_is_reusable(base: LoadedModel) -> None:
     tone = (0.3 * np.sin(np.arange(36000) / 7)).astype(np.float32)
-    prompt = base.ar.create_voice_prompt(tone, 24000, "Hello world.")  # type: ignore[attr-defined]
+    prompt = base.runner.create_voice_prompt(tone, 24000, "Hello world.")  # type: ignore[attr-defined]
     assert prompt.ref_codes.shape == (19, 16)  # ceil(1.5 s / 80 ms)
     direct = params(
         "clone",
@@ -154,3 +158,12 @@ def test_voice_prompt_is_reusable(base: LoadedModel) -> None:
     reused = params("clone", voice_prompt=prompt, max_new_tokens=6)
     a, b = run_jobs(base, [Job(direct, "Hi there.", pieces=1), Job(reused, "Hi there.")])
     np.testing.assert_array_equal(a.codes, b.codes)
+
+
+def test_validate_is_cheap_and_decodes_nothing(base: LoadedModel) -> None:
+    """Garbage reference audio passes the cheap checks; preparing decodes and refuses it."""
+    bad = params("clone", ref_audio=b"not audio at all" * 50, ref_text="hi")
+    base.runner.validate(bad)
+    with pytest.raises(ModelInputError) as info:
+        base.runner.prepare(bad)
+    assert info.value.param == "ref_audio"

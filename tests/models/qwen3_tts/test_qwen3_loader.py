@@ -89,7 +89,7 @@ def test_bf16_weights_load_as_float32(ckpt_dirs: dict[str, Path], tmp_path: Path
     path = root / "model.safetensors"
     save_file({k: v.to(torch.bfloat16) for k, v in load_file(str(path)).items()}, str(path))
     model = load(OPTS, root)
-    weight = model.ar.talker.codec_head.weight  # type: ignore[attr-defined]
+    weight = model.runner.talker.codec_head.weight  # type: ignore[attr-defined]
     assert weight.dtype == torch.float32
 
 

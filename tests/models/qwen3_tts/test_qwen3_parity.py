@@ -281,7 +281,7 @@ def test_chunked_waveform_matches_reference_decoder(run: VariantRun) -> None:
         run.model,
         [run.ours[c.id].codes for c in cases],
         [c.chunks for c in cases],
-        [run.ours[c.id].prefix for c in cases],
+        [run.ours[c.id].conditioning for c in cases],
     )
     for case, wav in zip(cases, wavs, strict=True):
         ref = run.ref.array(f"{case.id}.wav")
@@ -301,13 +301,13 @@ def test_decoder_past_its_attention_window_matches_reference(run: VariantRun) ->
 
 @pytest.mark.parametrize("run", ["base"], indirect=True)  # clone prompts: Base only
 def test_voice_clone_prompt_equals_reference(run: VariantRun) -> None:
-    ar = run.model.ar
+    runner = run.model.runner
     for case in run.cases:
         if case.ref_audio is None:
             continue
         audio: Any = wav_bytes(case.ref_audio, case.ref_sr) if case.as_wav_bytes else case.ref_audio
         rate = None if case.as_wav_bytes else case.ref_sr
-        prompt = ar.create_voice_prompt(audio, rate, case.ref_text, case.x_vector_only)  # type: ignore[attr-defined]
+        prompt = runner.create_voice_prompt(audio, rate, case.ref_text, case.x_vector_only)  # type: ignore[attr-defined]
         ref_x = run.ref.array(f"{case.id}.xvector")
         assert np.abs(prompt.speaker_embedding - ref_x).max() < 1e-4 * max(1.0, np.abs(ref_x).max())
         if case.x_vector_only:
@@ -342,32 +342,41 @@ def test_engine_audio_equals_reference_waveform(run: VariantRun) -> None:
     """Every case at once through the real EngineCore thread (continuous batching,
     1-frame first chunks, clone priming): its audio equals the reference's decode
     of the reference's own codes."""
-    import queue
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
+    from voiceserver.engine.client import EngineClient
     from voiceserver.engine.core import EngineConfig, EngineCore
-    from voiceserver.engine.messages import AppendText, AudioChunk, CloseInput, OpenContext
+    from voiceserver.engine.messages import AudioChunk, EngineEvent
 
-    engine = EngineCore(run.model, EngineConfig(first_chunk_frames=1, max_chunk_frames=8))
+    engine = EngineCore(
+        run.model, EngineConfig(first_chunk_frames=1, max_chunk_frames=8, admission_load=0)
+    )
     engine.start()
-    events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     ids: dict[int, Case] = {}
-    try:
+
+    async def speak() -> dict[int, list[np.ndarray]]:
+        events: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        client = EngineClient(engine, asyncio.get_running_loop(), ThreadPoolExecutor(2))
         voice = run.model.capabilities.default_voice
         for case in run.cases:
             job = case.job(voice)
-            cid = engine.new_cid()
-            ids[cid] = case
-            engine.submit(OpenContext(cid, job.params, events.put, max_lead_s=1e9))
-            engine.submit(AppendText(cid, job.text))
-            engine.submit(CloseInput(cid))
+            handle = client.open(job.params, events.put_nowait, max_lead_s=1e9)
+            ids[handle.cid] = case
+            handle.append(job.text)
+            handle.close_input()
         audio: dict[int, list[np.ndarray]] = {cid: [] for cid in ids}
         pending = set(ids)
         while pending:
-            event = events.get(timeout=300)
+            event = await asyncio.wait_for(events.get(), 300)
             assert isinstance(event, AudioChunk), event
             audio[event.cid].append(event.pcm)
             if event.final:
                 pending.discard(event.cid)
+        return audio
+
+    try:
+        audio = asyncio.run(speak())
     finally:
         engine.stop()
     assert engine.stats.active_slots == 0

@@ -1,172 +1,237 @@
-"""EngineCore on its own thread with the tiny model: flush, end, cancel, failures."""
+"""EngineCore on its own thread, driven through the real EngineClient on an event loop,
+with the tiny model: flush, end, cancel, admission, failures."""
 
 from __future__ import annotations
 
-import queue
-import time
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from models.base import ModelInputError, SynthParams
-from models.tiny.model import ByteFrontend, load
+from models.tiny.model import TinyRunner, load
+from voiceserver.engine.client import ContextHandle, EngineClient, Overloaded
 from voiceserver.engine.core import EngineConfig, EngineCore
-from voiceserver.engine.messages import (
-    AppendText,
-    AudioChunk,
-    Cancel,
-    CloseInput,
-    ContextFailed,
-    ContextReleased,
-    OpenContext,
-)
+from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
 
 
-class PickyFrontend(ByteFrontend):
-    def encode(self, text: str, params: SynthParams) -> list[list[int]]:
+class PickyRunner(TinyRunner):
+    def encode_text(self, text: str) -> list[np.ndarray]:
         if "forbidden" in text:
             raise ModelInputError(
                 "text contains a forbidden word", param="text", code="invalid_field"
             )
-        return super().encode(text, params)
+        return super().encode_text(text)
+
+
+class Events:
+    """One context's events, awaited on the loop."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+
+    def __call__(self, event: EngineEvent) -> None:
+        self.queue.put_nowait(event)
+
+    async def until(self, predicate: Callable[[EngineEvent], bool], timeout: float = 10.0) -> list:  # type: ignore[type-arg]
+        seen = []
+        async with asyncio.timeout(timeout):
+            while True:
+                event = await self.queue.get()
+                seen.append(event)
+                if predicate(event):
+                    return seen
+
+
+def final(event: EngineEvent) -> bool:
+    return isinstance(event, AudioChunk) and event.final
+
+
+def start(
+    slots: int = 2, runner: TinyRunner | None = None, **config: object
+) -> tuple[EngineCore, EngineClient]:
+    model = load({"max_contexts": slots})
+    if runner is not None:
+        model.runner = runner
+    settings = {"first_chunk_frames": 1, "max_chunk_frames": 4, "admission_load": 0.0}
+    settings.update(config)
+    core = EngineCore(model, EngineConfig(**settings))  # type: ignore[arg-type]
+    core.start()
+    client = EngineClient(core, asyncio.get_running_loop(), ThreadPoolExecutor(1))
+    return core, client
 
 
 @pytest.fixture
-def engine():  # type: ignore[no-untyped-def]
-    model = load({"max_contexts": 2})
-    model.ar.frontend = PickyFrontend()
-    core = EngineCore(model, EngineConfig(first_chunk_frames=1, max_chunk_frames=4))
-    core.start()
-    yield core
+async def engine() -> AsyncIterator[tuple[EngineCore, EngineClient]]:
+    from models.tiny.model import TinyOptions
+
+    core, client = start(runner=PickyRunner(TinyOptions(max_contexts=2)))
+    yield core, client
     core.stop()
 
 
-class Collector:
-    def __init__(self) -> None:
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
-
-    def __call__(self, event) -> None:  # type: ignore[no-untyped-def]
-        self.events.put(event)
-
-    def until(self, predicate, timeout: float = 10.0) -> list:  # type: ignore[no-untyped-def]
-        seen = []
-        deadline = time.monotonic() + timeout
-        while True:
-            event = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            seen.append(event)
-            if predicate(event):
-                return seen
+def open_context(client: EngineClient, events: Events, voice: str = "tiny-a") -> ContextHandle:
+    return client.open(SynthParams(voice=voice), events)
 
 
-def open_context(engine: EngineCore, sink: Collector, voice: str = "tiny-a") -> int:
-    cid = engine.new_cid()
-    engine.submit(OpenContext(cid, SynthParams(voice=voice), sink))
-    return cid
+async def test_end_produces_all_frames_then_final(engine) -> None:  # type: ignore[no-untyped-def]
+    core, client = engine
+    events = Events()
+    handle = open_context(client, events)
+    handle.append("abcdef")
+    handle.close_input()
+    seen = await events.until(final)
+    assert sum(len(e.pcm) for e in seen) == (6 + 3) * 320
+    assert sum(e.final for e in seen) == 1
+    await asyncio.sleep(0.1)
+    assert core.stats.active_slots == 0 and core.stats.active_contexts == 0
 
 
-def test_end_produces_all_frames_then_final(engine: EngineCore) -> None:
-    sink = Collector()
-    cid = open_context(engine, sink)
-    engine.submit(AppendText(cid, "abcdef"))
-    engine.submit(CloseInput(cid))
-    events = sink.until(lambda e: isinstance(e, AudioChunk) and e.final)
-    samples = sum(len(e.pcm) for e in events)
-    assert samples == (6 + 3) * 320
-    assert sum(e.final for e in events) == 1
-    assert engine.stats.active_slots == 0 and engine.stats.active_contexts == 0
-
-
-def test_flush_is_acknowledged_with_the_last_chunk_of_its_audio(engine: EngineCore) -> None:
-    sink = Collector()
-    cid = open_context(engine, sink)
-    engine.submit(AppendText(cid, "hello ", flush_id=7))
-    events = sink.until(lambda e: isinstance(e, AudioChunk) and e.flush_ids)
-    assert events[-1].flush_ids == (7,)
-    assert sum(len(e.pcm) for e in events) == 6 * 320
+async def test_flush_is_acknowledged_with_the_last_chunk_of_its_audio(engine) -> None:  # type: ignore[no-untyped-def]
+    core, client = engine
+    events = Events()
+    handle = open_context(client, events)
+    handle.append("hello ", flush_id=7)
+    seen = await events.until(lambda e: isinstance(e, AudioChunk) and bool(e.flush_ids))
+    assert seen[-1].flush_ids == (7,)
+    assert sum(len(e.pcm) for e in seen) == 6 * 320
     # Flushing with nothing pending is acknowledged at once, with no audio.
-    engine.submit(AppendText(cid, "", flush_id=8))
-    (ack,) = sink.until(lambda e: isinstance(e, AudioChunk) and e.flush_ids)
+    handle.append("", flush_id=8)
+    (ack,) = await events.until(lambda e: isinstance(e, AudioChunk) and bool(e.flush_ids))
     assert ack.flush_ids == (8,) and len(ack.pcm) == 0
-    engine.submit(Cancel(cid))
-    sink.until(lambda e: isinstance(e, ContextReleased))
+    handle.cancel()
 
 
-def test_starved_context_waits_for_text_without_ending(engine: EngineCore) -> None:
-    sink = Collector()
-    cid = open_context(engine, sink)
-    engine.submit(AppendText(cid, "ab"))
-    sink.until(lambda e: isinstance(e, AudioChunk) and len(e.pcm) > 0)
-    time.sleep(0.2)
-    assert engine.stats.active_contexts == 1  # still open, waiting for text
-    engine.submit(AppendText(cid, "cd"))
-    engine.submit(CloseInput(cid))
-    sink.until(lambda e: isinstance(e, AudioChunk) and e.final)
+async def test_starved_context_waits_for_text_without_ending(engine) -> None:  # type: ignore[no-untyped-def]
+    core, client = engine
+    events = Events()
+    handle = open_context(client, events)
+    handle.append("ab")
+    await events.until(lambda e: isinstance(e, AudioChunk) and len(e.pcm) > 0)
+    await asyncio.sleep(0.2)
+    assert core.stats.active_contexts == 1  # still open, waiting for text
+    handle.append("cd")
+    handle.close_input()
+    seen = await events.until(final)
+    assert sum(len(e.pcm) for e in seen) > 0
 
 
-def test_cancel_frees_the_slot_and_nothing_follows(engine: EngineCore) -> None:
-    sink = Collector()
-    cid = open_context(engine, sink)
-    engine.submit(AppendText(cid, "x" * 3000))
-    sink.until(lambda e: isinstance(e, AudioChunk))
-    engine.submit(Cancel(cid))
-    sink.until(lambda e: isinstance(e, ContextReleased))
-    time.sleep(0.2)
-    assert sink.events.empty()
-    assert engine.stats.active_slots == 0
-    assert engine.model.ar.open_slots == 0  # type: ignore[attr-defined]
+async def test_cancel_frees_the_slot_and_nothing_follows(engine) -> None:  # type: ignore[no-untyped-def]
+    core, client = engine
+    events = Events()
+    handle = open_context(client, events)
+    handle.append("x" * 3000)
+    await events.until(lambda e: isinstance(e, AudioChunk))
+    handle.cancel()
+    await asyncio.sleep(0.3)
+    while not events.queue.empty():  # what was already on its way before the cancel
+        events.queue.get_nowait()
+    await asyncio.sleep(0.2)
+    assert events.queue.empty()
+    assert core.stats.active_slots == 0 and core.stats.active_contexts == 0
+    assert core.runner.open_slots == 0  # type: ignore[attr-defined]
 
 
-def test_slots_bound_admission_and_are_reused(engine: EngineCore) -> None:
-    sinks = [Collector() for _ in range(3)]
-    cids = [open_context(engine, s) for s in sinks]
-    for cid in cids:
-        engine.submit(AppendText(cid, "y" * 40))
-        engine.submit(CloseInput(cid))
-    for s in sinks:  # the third waits for a slot, then finishes too
-        s.until(lambda e: isinstance(e, AudioChunk) and e.final)
-    assert engine.stats.active_slots == 0
+async def test_a_full_engine_refuses_at_once_and_takes_again_once_a_slot_is_free(engine) -> None:  # type: ignore[no-untyped-def]
+    core, client = engine
+    first, second = Events(), Events()
+    a = open_context(client, first)
+    open_context(client, second)
+    with pytest.raises(Overloaded):
+        open_context(client, Events())
+    assert client.refused == 1 and core.full
+    a.append("y" * 10)
+    a.close_input()
+    await first.until(final)
+    third = Events()
+    handle = open_context(client, third)  # a slot is free again
+    handle.append("z")
+    handle.close_input()
+    await third.until(final)
 
 
-def test_frontend_error_fails_only_that_context(engine: EngineCore) -> None:
-    good, bad = Collector(), Collector()
-    good_cid = open_context(engine, good)
-    bad_cid = open_context(engine, bad)
-    engine.submit(AppendText(good_cid, "fine text"))
-    engine.submit(AppendText(bad_cid, "a forbidden word"))
-    engine.submit(CloseInput(good_cid))
-    (failure,) = bad.until(lambda e: isinstance(e, ContextFailed))
+async def test_frontend_error_fails_only_that_context(engine) -> None:  # type: ignore[no-untyped-def]
+    core, client = engine
+    good, bad = Events(), Events()
+    g = open_context(client, good)
+    b = open_context(client, bad)
+    g.append("fine text")
+    b.append("a forbidden word")
+    g.close_input()
+    (failure,) = await bad.until(lambda e: isinstance(e, ContextFailed))
     assert failure.param == "text" and failure.code == "invalid_field"
-    events = good.until(lambda e: isinstance(e, AudioChunk) and e.final)
-    assert sum(len(e.pcm) for e in events) == (9 + 3) * 320
-    assert all(np.isfinite(e.pcm).all() for e in events)
+    seen = await good.until(final)
+    assert sum(len(e.pcm) for e in seen) == (9 + 3) * 320
+    assert all(np.isfinite(e.pcm).all() for e in seen)
 
 
-def test_model_step_failure_fails_its_batch_and_the_engine_goes_on() -> None:
+async def test_prepare_error_never_takes_a_slot() -> None:
+    core, client = start(slots=1)
+    try:
+        bad = Events()
+        client.open(SynthParams(voice="nobody"), bad)
+        (failure,) = await bad.until(lambda e: isinstance(e, ContextFailed))
+        assert (failure.code, failure.param) == ("unknown_voice", "voice")
+        await asyncio.sleep(0.1)
+        good = Events()
+        handle = open_context(client, good)  # the only slot was given back
+        handle.append("ok")
+        handle.close_input()
+        await good.until(final)
+    finally:
+        core.stop()
+
+
+async def test_model_step_failure_fails_its_batch_and_the_engine_goes_on() -> None:
     """A bug in a model step ends the contexts of that step with internal_error,
     frees their slots, and the engine keeps serving new contexts."""
-    model = load({"max_contexts": 4})
-    step = model.ar.step
+    core, client = start(slots=4)
+    runner = core.runner
+    execute = runner.execute
 
-    def faulty(states):  # type: ignore[no-untyped-def]
-        if any(s.voice_index == 1 for s in states):  # the second voice trips the "bug"
+    def faulty(plan):  # type: ignore[no-untyped-def]
+        if any(a.prepared.voice_index == 1 for a in plan.admit):  # the second voice trips it
             raise RuntimeError("kernel exploded")
-        return step(states)
+        return execute(plan)
 
-    model.ar.step = faulty  # type: ignore[method-assign]
-    core = EngineCore(model, EngineConfig(first_chunk_frames=1, max_chunk_frames=4))
-    core.start()
+    runner.execute = faulty  # type: ignore[method-assign]
     try:
-        bad = Collector()
-        cid = open_context(core, bad, voice="tiny-b")
-        core.submit(AppendText(cid, "boom"))
-        (failure,) = bad.until(lambda e: isinstance(e, ContextFailed))
+        bad = Events()
+        open_context(client, bad, voice="tiny-b").append("boom")
+        (failure,) = await bad.until(lambda e: isinstance(e, ContextFailed))
         assert failure.code == "internal_error" and "kernel exploded" in failure.message
-        good = Collector()
-        cid = open_context(core, good)
-        core.submit(AppendText(cid, "still fine"))
-        core.submit(CloseInput(cid))
-        events = good.until(lambda e: isinstance(e, AudioChunk) and e.final)
-        assert sum(len(e.pcm) for e in events) == (10 + 3) * 320
+        good = Events()
+        handle = open_context(client, good)
+        handle.append("still fine")
+        handle.close_input()
+        seen = await good.until(final)
+        assert sum(len(e.pcm) for e in seen) == (10 + 3) * 320
+        await asyncio.sleep(0.1)
         assert core.stats.active_slots == 0 and core.stats.errors["internal_error"] == 1
+    finally:
+        core.stop()
+
+
+async def test_events_of_a_step_reach_the_loop_in_one_batch() -> None:
+    core, client = start(slots=8, max_chunk_frames=1, first_chunk_frames=1)
+    batches = []
+    deliver = client._from_engine  # noqa: SLF001 - counting the engine's deliveries
+
+    def counting(batch):  # type: ignore[no-untyped-def]
+        batches.append(len(batch.events))
+        deliver(batch)
+
+    core._clients[client._id] = counting  # noqa: SLF001
+    try:
+        sinks = [Events() for _ in range(8)]
+        handles = [open_context(client, s) for s in sinks]
+        for handle in handles:
+            handle.append("abcd")
+            handle.close_input()
+        for s in sinks:
+            await s.until(final)
+        assert max(batches) > 1  # several contexts' chunks in one delivery
     finally:
         core.stop()

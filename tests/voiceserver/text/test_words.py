@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from models.base import SynthParams
 from voiceserver.text.words import WordStreamer
 
 TEXTS = [
@@ -68,19 +67,18 @@ def test_no_run_without_whitespace_exceeds_the_cap(text: str, seed: int) -> None
 
 
 @pytest.fixture(scope="module")
-def qwen_frontend(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def qwen_runner(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from models.qwen3_tts.loader import load
     from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 
     root: Path = tmp_path_factory.mktemp("words_ckpt")
     model = load({}, build_checkpoint(root / "cv", BuildOptions(variant="custom_voice", seed=9)))
-    return model.ar.frontend, SynthParams(voice=model.capabilities.default_voice)
+    return model.runner
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_streamed_pieces_tokenize_like_the_whole_text(qwen_frontend, seed: int) -> None:  # type: ignore[no-untyped-def]
-    frontend, params = qwen_frontend
+def test_streamed_pieces_tokenize_like_the_whole_text(qwen_runner, seed: int) -> None:  # type: ignore[no-untyped-def]
     text = TEXTS[0]
-    whole = [t for unit in frontend.encode(text, params) for t in unit]
-    pieces = [t for p in stream(text, seed) for unit in frontend.encode(p, params) for t in unit]
+    whole = [t for unit in qwen_runner.encode_text(text) for t in unit.tolist()]
+    pieces = [t for p in stream(text, seed) for u in qwen_runner.encode_text(p) for t in u.tolist()]
     assert pieces == whole

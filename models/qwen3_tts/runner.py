@@ -1,0 +1,505 @@
+"""Qwen3-TTS behind the ModelRunner contract: talker + code predictor, batched over slots.
+
+A step advances each stepped slot by at most one frame in three phases:
+prompt positions (a context's prefill, possibly waiting for streamed text),
+the code predictor for every slot holding a fresh code 0 (which emits the
+frame), then one talker position for every slot whose next text-track item
+is known (which gives the next code 0). Every code 0 and every residual code
+of the step is sampled on the device, batched, with each row's own settings
+held in slot-indexed tensors; the frames and the new codes 0 come to the
+host in one copy at the end of the step.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    Capabilities,
+    ClonedVoice,
+    ModelInputError,
+    ModelRunner,
+    Prepared,
+    StepPlan,
+    StepResult,
+    SynthParams,
+)
+from models.qwen3_tts.config import Qwen3TTSConfig
+from models.qwen3_tts.context import Phase, Qwen3Context
+from models.qwen3_tts.kv_cache import SlotKVCache
+from models.qwen3_tts.params import settings_from
+from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
+from models.qwen3_tts.sampling import (
+    SamplingParams,
+    key_of,
+    penalize,
+    sample,
+    talker_mask,
+    uniform,
+    vocab_hash,
+)
+from models.qwen3_tts.talker import Talker
+from models.qwen3_tts.text_tokenizer import TextTokenizer
+from models.qwen3_tts.voice_clone import VoicePrompt
+from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
+
+MIN_NEW_TOKENS = 2
+_SUBTALKER_KEY = 0x5BD1E995
+
+
+def _stored_mismatch(why: str) -> ModelInputError:
+    return ModelInputError(
+        f"voice: the stored voice does not fit this model ({why}); upload it again",
+        param="voice",
+        code="invalid_field",
+    )
+
+
+@dataclass(frozen=True)
+class ARSettings:
+    max_contexts: int
+    kv_capacity: int
+    max_frames: int
+    streaming_text: bool
+    sampling: SamplingParams
+
+
+@dataclass
+class Qwen3Prepared(Prepared):
+    """A context's host inputs; ``conditioning`` is a clone's decoder stream, primed
+    with its reference codes while preparing."""
+
+    instruct_ids: list[int] | None = None
+    language_id: int | None = None
+    speaker_id: int | None = None
+    speaker_embedding: np.ndarray | None = None
+    ref_codes: np.ndarray | None = None
+    ref_text_ids: list[int] | None = None
+    streaming: bool = True
+    sampling: SamplingParams = SamplingParams()
+    max_frames: int = 0
+    key: int = 0
+    """The context's random key: its seed's, or a fresh one."""
+
+
+class Qwen3Runner(ModelRunner):
+    frame_dtype = np.int64
+    max_frames_per_step = 1
+    encodes_inline = True
+
+    def __init__(
+        self,
+        cfg: Qwen3TTSConfig,
+        talker: Talker,
+        tokenizer: TextTokenizer,
+        voices: VoiceResolver,
+        capabilities: Capabilities,
+        settings: ARSettings,
+        prime: Callable[[np.ndarray], Any] | None = None,
+    ) -> None:
+        """``prime(ref_codes)`` makes a clone's decoder conditioning while preparing
+        (the vocoder's primed stream); without it the codes themselves are passed."""
+        self.cfg = cfg
+        self._prime = prime
+        self.talker = talker
+        self.tokenizer = tokenizer
+        self.voices = voices
+        self.capabilities = capabilities
+        self.settings = settings
+        self.frame_dim = cfg.talker.num_code_groups
+        param = talker.codec_head.weight
+        self.device, self.dtype = param.device, param.dtype
+        stack = cfg.talker.stack
+        slots = settings.max_contexts
+        self.cache = SlotKVCache(
+            stack.num_layers,
+            slots,
+            settings.kv_capacity,
+            stack.num_kv_heads,
+            stack.head_dim,
+            self.dtype,
+            self.device,
+        )
+        self.slots: list[Qwen3Context | None] = [None] * slots
+        role = tokenizer.encode(f"<|im_start|>assistant\n")  # noqa: F541 (the template)
+        if len(role) != 3 or role[0] != cfg.im_start_id:
+            raise ValueError(
+                "the text tokenizer must encode '<|im_start|>assistant\\n' as 3 tokens "
+                f"starting with im_start_token_id {cfg.im_start_id}, got {role}"
+            )
+        self.prompts = PromptBuilder(talker, cfg, role)
+        vocab, dev = cfg.talker.vocab_size, self.device
+        self.suppress = talker_mask(vocab, cfg.talker.codec_eos_id, dev)
+        self._vocab_hash = vocab_hash(vocab, dev)
+        self._sub_hash = vocab_hash(cfg.talker.predictor_vocab_size, dev)
+        # Per-slot sampling state, read with one gather per step.
+        self._seen = torch.zeros(slots, vocab, dtype=torch.bool, device=dev)
+        self._temperature = torch.zeros(slots, device=dev)
+        self._top_k = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._top_p = torch.ones(slots, device=dev)
+        self._penalty = torch.ones(slots, device=dev)
+        self._sub_temperature = torch.zeros(slots, device=dev)
+        self._sub_top_k = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._sub_top_p = torch.ones(slots, device=dev)
+        self._key = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._draws = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._sub_draws = torch.zeros(slots, dtype=torch.long, device=dev)
+
+    @property
+    def max_slots(self) -> int:
+        return self.settings.max_contexts
+
+    # -- voices ------------------------------------------------------------------
+
+    def create_voice_prompt(
+        self,
+        ref_audio: object,
+        sample_rate: int | None = None,
+        ref_text: str | None = None,
+        x_vector_only: bool = False,
+    ) -> VoicePrompt:
+        """Base model: the reusable prompt of a cloned voice (pass it as ``extra["voice_prompt"]``)."""
+        return self.voices.create_prompt(ref_audio, sample_rate, ref_text, x_vector_only)
+
+    def clone_voice(
+        self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False
+    ) -> ClonedVoice:
+        """Base model: the speaker x-vector (and, unless ``x_vector_only``, the
+        reference's codes and text) as arrays the server can store."""
+        prompt = self.create_voice_prompt(ref_audio, None, ref_text, x_vector_only)
+        arrays = {"speaker_embedding": np.asarray(prompt.speaker_embedding, dtype=np.float32)}
+        if prompt.ref_codes is not None:
+            arrays["ref_codes"] = np.asarray(prompt.ref_codes, dtype=np.int64)
+        meta = {"ref_text": prompt.ref_text if prompt.ref_codes is not None else None}
+        return ClonedVoice(arrays, meta)
+
+    def voice_settings(self, voice: ClonedVoice) -> tuple[str, dict[str, Any]]:
+        """A stored voice -> ``voice="clone"`` with its ``voice_prompt``; a voice
+        computed by another checkpoint (other sizes) is refused, not mis-read."""
+        if self.cfg.model_type != "base":
+            raise ModelInputError(
+                f"voice: stored voices need a Base model, this is {self.cfg.model_type}",
+                param="voice",
+                code="unsupported_value",
+            )
+        hidden = self.cfg.talker.stack.hidden_size
+        embedding = voice.arrays.get("speaker_embedding")
+        if (
+            embedding is None
+            or embedding.shape != (hidden,)
+            or not np.issubdtype(embedding.dtype, np.floating)
+            or not np.all(np.isfinite(embedding))
+        ):
+            raise _stored_mismatch(f"its speaker embedding is not {hidden} finite floats")
+        codes = voice.arrays.get("ref_codes")
+        ref_text = voice.meta.get("ref_text")
+        if codes is not None:
+            groups, size = self.cfg.talker.num_code_groups, self.cfg.talker.predictor_vocab_size
+            if (
+                codes.ndim != 2
+                or codes.shape[1] != groups
+                or not np.issubdtype(codes.dtype, np.integer)
+                or codes.size == 0
+                or codes.min() < 0
+                or codes.max() >= size
+            ):
+                raise _stored_mismatch(
+                    f"its reference codes are not [frames, {groups}] in [0, {size})"
+                )
+            if not isinstance(ref_text, str) or not ref_text:
+                raise _stored_mismatch("it has reference codes but no reference text")
+        prompt = VoicePrompt(
+            embedding.astype(np.float32, copy=False),
+            None if codes is None else codes.astype(np.int64, copy=False),
+            ref_text if codes is not None else None,
+        )
+        return CLONE_VOICE, {"voice_prompt": prompt}
+
+    # -- before the first step ---------------------------------------------------
+
+    def validate(self, params: SynthParams) -> None:
+        self._settings(params)
+        self.voices.check(params)
+
+    def prepare(self, params: SynthParams) -> Qwen3Prepared:
+        settings = self._settings(params)
+        voice = self.voices.resolve(params)
+        seed = settings.sampling.seed
+        conditioning = voice.ref_codes
+        if conditioning is not None and self._prime is not None:
+            conditioning = self._prime(conditioning)
+        return Qwen3Prepared(
+            conditioning=conditioning,
+            instruct_ids=voice.instruct_ids,
+            language_id=voice.language_id,
+            speaker_id=voice.speaker_id,
+            speaker_embedding=voice.speaker_embedding,
+            ref_codes=voice.ref_codes,
+            ref_text_ids=voice.ref_text_ids,
+            streaming=settings.streaming,
+            sampling=settings.sampling,
+            max_frames=settings.max_frames,
+            key=key_of(seed if seed is not None else random.getrandbits(64)),
+        )
+
+    def encode_text(self, text: str) -> list[np.ndarray]:
+        ids = self.tokenizer.encode(text) if text else []
+        return [np.asarray(ids, np.int64)] if ids else []
+
+    def _settings(self, params: SynthParams):  # type: ignore[no-untyped-def]
+        return settings_from(
+            params.extra,
+            self.settings.sampling,
+            self.settings.streaming_text,
+            self.settings.max_frames,
+        )
+
+    # -- stepping ----------------------------------------------------------------
+
+    @torch.no_grad()
+    def execute(self, plan: StepPlan) -> StepResult:
+        for slot in plan.free.tolist():
+            self._release(slot)
+        for admit in plan.admit:
+            assert isinstance(admit.prepared, Qwen3Prepared)
+            self._admit(admit.slot, admit.prepared)
+        for feed in plan.feed:
+            ctx = self.slots[feed.slot]
+            if ctx is None:
+                continue
+            ctx.feed([unit.tolist() for unit in feed.units])
+            if feed.close:
+                ctx.close_input()
+        return self._step(plan.step)
+
+    def _admit(self, slot: int, prepared: Qwen3Prepared) -> None:
+        dev = self.device
+        emb = None
+        if prepared.speaker_embedding is not None:
+            emb = torch.as_tensor(prepared.speaker_embedding, dtype=self.dtype, device=dev)
+        codes = None
+        if prepared.ref_codes is not None:
+            codes = torch.as_tensor(prepared.ref_codes, dtype=torch.long, device=dev)
+        spec = PromptSpec(
+            instruct_ids=prepared.instruct_ids,
+            language_id=prepared.language_id,
+            speaker_id=prepared.speaker_id,
+            speaker_embedding=emb,
+            ref_codes=codes,
+            ref_text_ids=prepared.ref_text_ids,
+            streaming=prepared.streaming,
+        )
+        head = self.prompts.head(spec)
+        aligned = self.prompts.aligned(spec) if spec.streaming else None
+        ctx = Qwen3Context(slot, spec, prepared.sampling, prepared.max_frames, head, aligned)
+        if spec.streaming and spec.ref_text_ids:
+            ctx.text.extend(spec.ref_text_ids)
+        self.slots[slot] = ctx
+        p = prepared.sampling
+        self._seen[slot] = False
+        self._temperature[slot] = p.temperature
+        self._top_k[slot] = p.top_k
+        self._top_p[slot] = p.top_p
+        self._penalty[slot] = p.repetition_penalty
+        self._sub_temperature[slot] = p.subtalker_temperature
+        self._sub_top_k[slot] = p.subtalker_top_k
+        self._sub_top_p[slot] = p.subtalker_top_p
+        self._key[slot] = prepared.key
+        self._draws[slot] = 0
+        self._sub_draws[slot] = 0
+
+    def _release(self, slot: int) -> None:
+        ctx = self.slots[slot]
+        if ctx is not None:
+            ctx.finish(ctx.hit_limit)
+        self.slots[slot] = None
+
+    def _step(self, slots: np.ndarray) -> StepResult:
+        contexts = [self.slots[s] for s in slots.tolist()]
+        live = [c for c in contexts if c is not None and c.has_work]
+        hidden_rows: list[torch.Tensor] = []
+        sampled: list[Qwen3Context] = []
+        for ctx in live:
+            if ctx.phase is Phase.PROMPT:
+                hidden = self._prompt(ctx)
+                if hidden is not None:
+                    hidden_rows.append(hidden)
+                    sampled.append(ctx)
+        predicting = [c for c in live if c.pending_code0 is not None]
+        codes = self._predict(predicting)
+        advancing = [c for c in live if c.pending_frame is not None and c.track_ready]
+        hidden = self._advance(advancing)
+        if hidden is not None:
+            hidden_rows.append(hidden)
+            sampled.extend(c for c in advancing if c.phase is not Phase.DONE)
+        code0 = self._sample_code0(sampled, torch.cat(hidden_rows)) if sampled else None
+        # The step's only device-to-host copy: its frames and its new codes 0.
+        parts = [t.reshape(-1) for t in (codes, code0) if t is not None]
+        host = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, np.int64)
+        groups = self.frame_dim
+        frames = host[: len(predicting) * groups].reshape(len(predicting), groups)
+        made = {id(c): frames[i : i + 1] for i, c in enumerate(predicting)}
+        self._take_code0(sampled, host[len(predicting) * groups :])
+        return self._result(contexts, made)
+
+    def _prompt(self, ctx: Qwen3Context) -> torch.Tensor | None:
+        """Run what can run of a context's prompt; its last hidden state once complete."""
+        if not ctx.spec.streaming and not ctx.input_closed:
+            return None
+        if ctx.input_closed and ctx.text_seen == 0 and not ctx.spec.ref_text_ids:
+            ctx.finish()  # nothing to say
+            return None
+        rows: list[torch.Tensor] = []
+        if ctx.head is not None:
+            rows.append(ctx.head)
+            ctx.head = None
+        if not ctx.spec.streaming:
+            text = list(ctx.text)
+            ctx.text.clear()
+            ctx.eos_sent = True
+            rows.append(self.prompts.non_streaming_tail(ctx.spec, text))
+            complete = True
+        else:
+            assert ctx.aligned is not None
+            while ctx.aligned_left and ctx.track_ready:
+                rows.append((ctx.aligned[ctx.aligned_used] + self._track_row(ctx))[None])
+                ctx.aligned_used += 1
+            complete = ctx.aligned_left == 0
+        if not rows:
+            return None
+        embeds = torch.cat(rows)[None]
+        length = ctx.position + embeds.shape[1]
+        if length > self.cache.capacity:
+            ctx.finish(hit_limit=True)
+            return None
+        slot = torch.tensor([ctx.slot], device=self.device)
+        start = torch.tensor([ctx.position], device=self.device)
+        hidden = self.talker(embeds, self.cache, slot, start, length)[0]
+        ctx.position = length
+        if not complete:
+            return None
+        ctx.phase = Phase.DECODE
+        return hidden[-1:]
+
+    def _track_row(self, ctx: Qwen3Context) -> torch.Tensor:
+        item = ctx.next_track()
+        if item == "eos":
+            return self.prompts.tts_eos
+        if item == "pad":
+            return self.prompts.tts_pad
+        return self.prompts.text_rows([int(item)])[0]
+
+    def _predict(self, contexts: list[Qwen3Context]) -> torch.Tensor | None:
+        """The residual codes of every context holding a code 0: frames [B, groups]."""
+        if not contexts:
+            return None
+        code0 = torch.tensor([c.pending_code0 for c in contexts], device=self.device)
+        hidden = torch.stack([c.last_hidden for c in contexts])  # type: ignore[misc]
+        slots = torch.tensor([c.slot for c in contexts], device=self.device)
+        greedy = all(c.sampling.subtalker_temperature <= 0 for c in contexts)
+        vocab = self.cfg.talker.predictor_vocab_size
+
+        def choose(k: int, logits: torch.Tensor) -> torch.Tensor:
+            if greedy:
+                return logits.argmax(-1)
+            keys = self._key[slots] ^ _SUBTALKER_KEY
+            noise = uniform(keys, self._sub_draws[slots], self._sub_hash[:vocab])
+            self._sub_draws[slots] += 1
+            return sample(
+                logits,
+                self._sub_temperature[slots],
+                self._sub_top_k[slots],
+                self._sub_top_p[slots],
+                noise,
+            )
+
+        rest = self.talker.code_predictor.predict(hidden, self.talker.codec_embed(code0), choose)
+        codes = torch.cat((code0[:, None], rest), dim=1)
+        embeds = self.talker.frame_embed(codes)
+        for row, ctx in enumerate(contexts):
+            ctx.frames += 1
+            ctx.pending_code0 = None
+            if ctx.frames >= ctx.max_frames:
+                ctx.finish(hit_limit=True)
+            else:
+                ctx.pending_frame = embeds[row]
+        return codes
+
+    def _advance(self, contexts: list[Qwen3Context]) -> torch.Tensor | None:
+        """One talker position for each context: final hidden states [B', H]."""
+        for ctx in contexts:
+            if ctx.position + 1 > self.cache.capacity:
+                ctx.finish(hit_limit=True)
+        live = [c for c in contexts if c.phase is not Phase.DONE]
+        if not live:
+            return None
+        embeds = torch.stack([c.pending_frame + self._track_row(c) for c in live])[:, None]  # type: ignore[operator]
+        slots = torch.tensor([c.slot for c in live], device=self.device)
+        starts = torch.tensor([c.position for c in live], device=self.device)
+        length = max(c.position for c in live) + 1
+        hidden = self.talker(embeds, self.cache, slots, starts, length)[:, 0]
+        for ctx in live:
+            ctx.position += 1
+            ctx.pending_frame = None
+        return hidden
+
+    def _sample_code0(self, contexts: list[Qwen3Context], hidden: torch.Tensor) -> torch.Tensor:
+        """Code 0 for each context from its last talker hidden state [B, H], on the device."""
+        for row, ctx in enumerate(contexts):
+            ctx.last_hidden = hidden[row]
+        slots = torch.tensor([c.slot for c in contexts], device=self.device)
+        logits = self.talker.logits(hidden)
+        scores = penalize(logits, self._seen[slots], self._penalty[slots])
+        scores = scores.masked_fill(self.suppress, float("-inf"))
+        early = torch.tensor([c.generated < MIN_NEW_TOKENS for c in contexts], device=self.device)
+        eos = self.cfg.talker.codec_eos_id
+        scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
+        if all(c.sampling.temperature <= 0 for c in contexts):
+            ids = scores.argmax(-1)
+        else:
+            noise = uniform(self._key[slots], self._draws[slots], self._vocab_hash)
+            ids = sample(
+                scores, self._temperature[slots], self._top_k[slots], self._top_p[slots], noise
+            )
+        self._draws[slots] += 1
+        self._seen[slots, ids] = True
+        return ids
+
+    def _take_code0(self, contexts: list[Qwen3Context], ids: np.ndarray) -> None:
+        eos = self.cfg.talker.codec_eos_id
+        for ctx, code in zip(contexts, ids.tolist(), strict=True):
+            ctx.generated += 1
+            if code == eos:
+                ctx.finish()
+            else:
+                ctx.pending_code0 = code
+
+    def _result(
+        self, contexts: list[Qwen3Context | None], made: dict[int, np.ndarray]
+    ) -> StepResult:
+        n = len(contexts)
+        counts = np.zeros(n, np.int64)
+        finished = np.zeros(n, bool)
+        hit_limit = np.zeros(n, bool)
+        waiting = np.zeros(n, bool)
+        frames = []
+        for row, ctx in enumerate(contexts):
+            if ctx is None:
+                finished[row] = True
+                continue
+            frame = made.get(id(ctx))
+            if frame is not None:
+                frames.append(frame)
+                counts[row] = 1
+            done = ctx.phase is Phase.DONE
+            finished[row] = done
+            hit_limit[row] = done and ctx.hit_limit
+            waiting[row] = not done and not ctx.has_work
+        stacked = np.concatenate(frames) if frames else np.zeros((0, self.frame_dim), np.int64)
+        return StepResult(counts, stacked, finished.copy(), finished, hit_limit, waiting)
