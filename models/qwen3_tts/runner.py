@@ -36,6 +36,7 @@ from models.qwen3_tts.kv_cache import SlotKVCache
 from models.qwen3_tts.params import settings_from
 from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
 from models.qwen3_tts.sampling import (
+    RowSettings,
     SamplingParams,
     key_of,
     penalize,
@@ -402,22 +403,26 @@ class Qwen3Runner(ModelRunner):
         code0 = torch.tensor([c.pending_code0 for c in contexts], device=self.device)
         hidden = torch.stack([c.last_hidden for c in contexts])  # type: ignore[misc]
         slots = torch.tensor([c.slot for c in contexts], device=self.device)
-        greedy = all(c.sampling.subtalker_temperature <= 0 for c in contexts)
         vocab = self.cfg.talker.predictor_vocab_size
+        groups = self.cfg.talker.num_code_groups - 1
+        rows = RowSettings.of(
+            self._sub_temperature[slots],
+            self._sub_top_k[slots],
+            self._sub_top_p[slots],
+            [
+                (p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
+                for p in (c.sampling for c in contexts)
+            ],
+            vocab,
+        )
+        noise = None
+        if not rows.all_greedy:  # every group's noise at once: one batch of kernels a frame
+            keys = self._key[slots] ^ _SUBTALKER_KEY
+            noise = uniform(keys, self._sub_draws[slots], self._sub_hash, groups)
+            self._sub_draws[slots] += groups
 
         def choose(k: int, logits: torch.Tensor) -> torch.Tensor:
-            if greedy:
-                return logits.argmax(-1)
-            keys = self._key[slots] ^ _SUBTALKER_KEY
-            noise = uniform(keys, self._sub_draws[slots], self._sub_hash[:vocab])
-            self._sub_draws[slots] += 1
-            return sample(
-                logits,
-                self._sub_temperature[slots],
-                self._sub_top_k[slots],
-                self._sub_top_p[slots],
-                noise,
-            )
+            return sample(logits, rows, noise[:, k] if noise is not None else logits)
 
         rest = self.talker.code_predictor.predict(hidden, self.talker.codec_embed(code0), choose)
         codes = torch.cat((code0[:, None], rest), dim=1)
@@ -460,13 +465,17 @@ class Qwen3Runner(ModelRunner):
         early = torch.tensor([c.generated < MIN_NEW_TOKENS for c in contexts], device=self.device)
         eos = self.cfg.talker.codec_eos_id
         scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
-        if all(c.sampling.temperature <= 0 for c in contexts):
-            ids = scores.argmax(-1)
-        else:
-            noise = uniform(self._key[slots], self._draws[slots], self._vocab_hash)
-            ids = sample(
-                scores, self._temperature[slots], self._top_k[slots], self._top_p[slots], noise
-            )
+        rows = RowSettings.of(
+            self._temperature[slots],
+            self._top_k[slots],
+            self._top_p[slots],
+            [(c.sampling.temperature, c.sampling.top_k, c.sampling.top_p) for c in contexts],
+            self.cfg.talker.vocab_size,
+        )
+        noise = scores
+        if not rows.all_greedy:
+            noise = uniform(self._key[slots], self._draws[slots], self._vocab_hash)[:, 0]
+        ids = sample(scores, rows, noise)
         self._draws[slots] += 1
         self._seen[slots, ids] = True
         return ids

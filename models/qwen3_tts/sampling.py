@@ -51,42 +51,86 @@ def key_of(seed: int) -> int:
     return int(hash32(hash32(lo) ^ hash32(hi))[0])
 
 
-def uniform(keys: torch.Tensor, draws: torch.Tensor, vocab_hash: torch.Tensor) -> torch.Tensor:
-    """[B, V] floats in (0, 1): draw ``draws[b]`` of row key ``keys[b]``."""
-    row = hash32(keys ^ hash32(draws + _GOLDEN))
-    bits = hash32(row[:, None] ^ vocab_hash[None, :]) >> 8  # 24 bits: exact in float32
-    return (bits.to(torch.float32) + 0.5) / 16777216.0
+def uniform(
+    keys: torch.Tensor, draws: torch.Tensor, vocab_hash: torch.Tensor, count: int = 1
+) -> torch.Tensor:
+    """[B, count, V] floats in (0, 1): draws ``draws[b]`` .. ``draws[b] + count - 1``
+    of row key ``keys[b]``, all in one go (a handful of elementwise kernels)."""
+    steps = torch.arange(count, device=keys.device)
+    row = hash32(keys[:, None] ^ hash32(draws[:, None] + steps[None, :] + _GOLDEN))
+    x = (row[:, :, None] ^ vocab_hash) * _MIX & _M32
+    x = ((x >> 16) ^ x) >> 8  # 24 bits: exact in float32
+    return (x.to(torch.float32) + 0.5) / 16777216.0
 
 
 def vocab_hash(size: int, device: torch.device) -> torch.Tensor:
     return hash32(torch.arange(size, device=device, dtype=torch.long) * 2 + 1)
 
 
-def sample(
-    scores: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    noise: torch.Tensor,
-) -> torch.Tensor:
-    """Ids [B] from processed float scores [B, V] with per-row settings [B];
-    ``noise`` [B, V] is uniform in (0, 1). Rows with temperature <= 0 take argmax."""
-    greedy = temperature <= 0
+@dataclass(frozen=True)
+class RowSettings:
+    """Per-row sampling settings of a batch on the device, and what the host knows of
+    them, so no decision needs a device round trip."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    any_greedy: bool
+    all_greedy: bool
+    max_top_k: int
+    """Largest top-k of a row, a row without one counting as the vocabulary's size."""
+    any_top_k: bool
+    """Some row keeps fewer ids than the vocabulary."""
+    any_top_p: bool
+
+    @classmethod
+    def of(
+        cls,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        host: list[tuple[float, int, float]],
+        vocab: int,
+    ) -> RowSettings:
+        """``host``: each row's (temperature, top_k, top_p) as the host knows them."""
+        ks = [k if 0 < k < vocab else vocab for _, k, _ in host]
+        greedy = [t <= 0 for t, _, _ in host]
+        return cls(
+            temperature,
+            top_k,
+            top_p,
+            any(greedy),
+            all(greedy),
+            max(ks),
+            min(ks) < vocab,
+            any(p < 1 for _, _, p in host),
+        )
+
+
+def sample(scores: torch.Tensor, rows: RowSettings, noise: torch.Tensor) -> torch.Tensor:
+    """Ids [B] from processed float scores [B, V] with per-row settings; ``noise`` [B, V]
+    is uniform in (0, 1). Rows with temperature <= 0 take argmax."""
+    if rows.all_greedy:
+        return scores.argmax(-1)
     vocab = scores.shape[-1]
-    scaled = scores / torch.where(greedy, 1.0, temperature)[:, None]
-    k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
-    ordered = scaled.sort(dim=-1, descending=True).values
-    kth = ordered.gather(1, (k - 1)[:, None])
-    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if bool((top_p < 1).any()):
+    temperature = rows.temperature
+    if rows.any_greedy:
+        temperature = torch.where(temperature <= 0, 1.0, temperature)
+    scaled = scores / temperature[:, None]
+    if rows.any_top_k:
+        k = torch.where((rows.top_k > 0) & (rows.top_k < vocab), rows.top_k, vocab)
+        kth = scaled.topk(rows.max_top_k, dim=-1).values.gather(1, (k - 1)[:, None])
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if rows.any_top_p:
         ascending, order = scaled.sort(dim=-1)
         cumulative = ascending.softmax(-1).cumsum(-1)
-        remove = cumulative <= (1 - top_p)[:, None]
+        remove = cumulative <= (1 - rows.top_p)[:, None]
         remove[:, -1] = False
         scaled = scaled.masked_fill(remove.scatter(1, order, remove), float("-inf"))
-    gumbel = -torch.log(-torch.log(noise))
-    drawn = (scaled + gumbel).argmax(-1)
-    return torch.where(greedy, scores.argmax(-1), drawn)
+    drawn = (scaled - torch.log(-torch.log(noise))).argmax(-1)
+    if rows.any_greedy:
+        return torch.where(rows.temperature <= 0, scores.argmax(-1), drawn)
+    return drawn
 
 
 def penalize(scores: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
