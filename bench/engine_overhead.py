@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--label", default="current")
+    parser.add_argument(
+        "--compare", type=Path, default=None, help="an earlier report to plot beside this one"
+    )
     args = parser.parse_args(argv)
     levels = []
     for n in args.contexts:
@@ -198,8 +201,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = args.out or RESULTS_DIR / f"engine-overhead-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
-    print(f"report: {out}")
+    reports = [report] if args.compare is None else [json.loads(args.compare.read_text()), report]
+    write_plot(reports, out.with_suffix(".png"))
+    print(f"report: {out}\nplot:   {out.with_suffix('.png')}")
     return report
+
+
+def write_plot(reports: list[dict[str, Any]], path: Path) -> None:
+    """Step time (p50 and p99) and per-context cost against active contexts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for report in reports:
+        levels = report["levels"]
+        n = [level["contexts"] for level in levels]
+        label = report["label"]
+        left.plot(n, [lv["step_ms_p50"] for lv in levels], "o-", label=f"{label} p50")
+        left.plot(n, [lv["step_ms_p99"] for lv in levels], "^:", label=f"{label} p99")
+        right.plot(n, [lv["per_context_us_p50"] for lv in levels], "o-", label=label)
+    left.axhline(1.0, color="grey", lw=0.8, ls="--")
+    left.set(xlabel="active contexts", ylabel="host time per step (ms)", title="engine step")
+    right.set(xlabel="active contexts", ylabel="us per context (p50)", title="per context")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3, which="both")
+        ax.legend()
+    fig.suptitle("engine overhead, zero-cost stand-in model")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
