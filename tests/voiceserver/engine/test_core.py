@@ -235,3 +235,53 @@ async def test_events_of_a_step_reach_the_loop_in_one_batch() -> None:
         assert max(batches) > 1  # several contexts' chunks in one delivery
     finally:
         core.stop()
+
+
+class SlowPrepareRunner(TinyRunner):
+    """Preparing the second voice takes as long as encoding a long reference clip."""
+
+    prepares_inline = False
+    PREPARE_S = 1.5
+
+    def prepare(self, params: SynthParams):  # type: ignore[no-untyped-def]
+        if params.voice == "tiny-b":
+            import time
+
+            time.sleep(self.PREPARE_S)
+        return super().prepare(params)
+
+
+async def test_a_slow_preparation_never_delays_a_running_stream() -> None:
+    """While a context prepares (a long clone), a live stream paced at real time keeps
+    getting its chunks: the preparation runs off the engine thread. Before the prepare
+    stage it ran on the engine thread and the stream stopped for its whole length."""
+    from models.tiny.model import TinyOptions
+
+    runner = SlowPrepareRunner(TinyOptions(max_contexts=4))
+    core, client = start(slots=4, runner=runner, max_lead_s=0.1, max_chunk_frames=2)
+    loop = asyncio.get_running_loop()
+    try:
+        arrivals: list[float] = []
+
+        def on_event(event: EngineEvent) -> None:
+            if isinstance(event, AudioChunk) and len(event.pcm):
+                arrivals.append(loop.time())
+
+        live = client.open(SynthParams(voice="tiny-a"), on_event)
+        live.append("x" * 400)  # 8 s of audio, paced at real time (0.1 s lead)
+        await asyncio.sleep(0.5)
+        slow = Events()
+        started = loop.time()
+        handle = client.open(SynthParams(voice="tiny-b"), slow)
+        handle.append("hi")
+        handle.close_input()
+        await slow.until(final, timeout=20)
+        prepared_at = loop.time()
+        assert prepared_at - started >= SlowPrepareRunner.PREPARE_S
+        during = [t for t in arrivals if started <= t <= prepared_at]
+        gaps = np.diff([started, *during, prepared_at])
+        # Chunks are 40 ms of audio; a stalled engine would leave one 1.5 s gap.
+        assert len(during) >= 10 and gaps.max() < 0.5, gaps.max()
+        live.cancel()
+    finally:
+        core.stop()
