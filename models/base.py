@@ -21,6 +21,7 @@ here imports torch.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -42,6 +43,76 @@ class ModelInputError(ValueError):
         super().__init__(message)
         self.param = param
         self.code = code
+
+
+@dataclass(frozen=True)
+class RequestField:
+    """A per-request setting a model takes (it arrives as ``SynthParams.extra[name]``).
+
+    Every endpoint maps its request onto a model's fields through one mapper
+    (``voiceserver.params``), which checks each value against its field here, so a
+    range is written once, by the model, and holds everywhere.
+    """
+
+    name: str
+    kind: Literal["number", "integer", "boolean", "string", "numbers", "audio"]
+    low: float | None = None
+    high: float | None = None
+    low_exclusive: bool = False
+    doc: str = ""
+
+    def check(self, value: Any) -> Any:
+        """``value`` as the model takes it; ModelInputError naming the field otherwise."""
+        if self.kind == "boolean":
+            if not isinstance(value, bool):
+                raise self._bad(f"must be true or false, got {_shown(value)}")
+            return value
+        if self.kind == "string":
+            if not isinstance(value, str):
+                raise self._bad(f"must be a string, got {_shown(value)}")
+            return value
+        if self.kind == "audio":
+            return value  # decoded (and checked) while the context is prepared
+        if self.kind == "numbers":
+            if not isinstance(value, list | tuple) or not all(_finite(x) for x in value):
+                raise self._bad("must be an array of finite numbers")
+            return [float(x) for x in value]
+        integer = self.kind == "integer"
+        if not (_finite(value) and (not integer or isinstance(value, int))):
+            what = "an integer" if integer else "a number"
+            raise self._bad(f"must be {what}{self._range()}, got {_shown(value)}")
+        low_ok = self.low is None or (value > self.low if self.low_exclusive else value >= self.low)
+        if not low_ok or (self.high is not None and value > self.high):
+            raise self._bad(f"must be{self._range()}, got {value}")
+        return int(value) if integer else float(value)
+
+    def _range(self) -> str:
+        low = (
+            ""
+            if self.low is None
+            else f"{'above' if self.low_exclusive else 'from'} {self._bound(self.low)}"
+        )
+        high = "" if self.high is None else f"{'up ' if not low else ''}to {self._bound(self.high)}"
+        return f" {low} {high}".rstrip() if low or high else ""
+
+    def _bound(self, value: float) -> str:
+        return str(int(value)) if self.kind == "integer" else f"{value:g}"
+
+    def _bad(self, message: str) -> ModelInputError:
+        return ModelInputError(f"{self.name}: {message}", param=self.name, code="invalid_field")
+
+
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (isinstance(value, int) or math.isfinite(value))
+    )
+
+
+def _shown(value: Any) -> str:
+    names = {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 @dataclass(frozen=True)
@@ -75,6 +146,9 @@ class Capabilities:
     supports_instructions: bool = False
     max_frames_per_context: int = 0
     """Safety cap on frames one context may generate (0: none)."""
+    request_fields: tuple[RequestField, ...] = ()
+    """Per-request settings the model takes (sampling, voice cloning...); endpoints
+    pass these through, checked, and drop the ones a model does not declare."""
 
     @property
     def frame_ms(self) -> float:
@@ -224,10 +298,9 @@ class ModelRunner(ABC):
     def execute(self, plan: StepPlan) -> StepResult:
         """Apply ``plan`` and step its ``step`` slots once, batched."""
 
-    def clone_voice(
-        self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False
-    ) -> ClonedVoice:
-        """Compute a reusable voice from reference audio (an audio file's bytes).
+    def clone_voice(self, ref_audio: bytes, options: Mapping[str, Any]) -> ClonedVoice:
+        """Compute a reusable voice from reference audio (an audio file's bytes) and
+        the model's own clone options (its request fields, e.g. a transcript).
 
         Raises ModelInputError naming the bad field; models that cannot clone
         keep this default. May be slow: call it off the event loop."""

@@ -65,7 +65,8 @@ ContextId = Annotated[
     str, Meta(min_length=1, max_length=CONTEXT_ID_MAX_LEN, pattern=CONTEXT_ID_PATTERN)
 ]
 Speed = Annotated[float, Meta(ge=SPEED_MIN, le=SPEED_MAX)]
-NonNegativeInt = Annotated[int, Meta(ge=0)]
+INT64_MAX = 2**63 - 1
+NonNegativeInt = Annotated[int, Meta(ge=0, le=INT64_MAX)]
 IdleSeconds = Annotated[float, Meta(ge=IDLE_TIMEOUT_MIN_S)]
 EventId = Annotated[str, Meta(max_length=ID_MAX_LEN)]
 Name = Annotated[str, Meta(max_length=NAME_MAX_LEN)]
@@ -78,8 +79,8 @@ Bitrate = Annotated[int, Meta(ge=6000, le=510000)]
 Temperature = Annotated[float, Meta(ge=0, le=2)]
 TopP = Annotated[float, Meta(gt=0, le=1)]
 RepetitionPenalty = Annotated[float, Meta(gt=0, le=10)]
-Seed = Annotated[int, Meta(ge=0, le=2**63 - 1)]
-PositiveInt = Annotated[int, Meta(ge=1)]
+Seed = Annotated[int, Meta(ge=0, le=INT64_MAX)]
+PositiveInt = Annotated[int, Meta(ge=1, le=INT64_MAX)]
 
 
 # --- nested objects -------------------------------------------------------------

@@ -1,10 +1,21 @@
-"""Request fields -> validated SynthParams, the same for every endpoint."""
+"""Request fields -> validated SynthParams, the same for every endpoint.
+
+This is the one mapper between what a client sends and what a model takes:
+model settings are checked against the fields the served model declares
+(``Capabilities.request_fields``: type and range, written once by the model).
+Settings a model does not declare are dropped, as a model that does not sample
+ignores sampling settings, but only after the checks every server applies to
+them (``COMMON_FIELDS``, the protocol's own ranges), so a malformed request is
+refused the same way whichever model is served.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from models.base import ModelInputError, SynthParams
+from models.base import ModelInputError, RequestField, SynthParams
+from protocol.messages import INT64_MAX
 from voiceserver.runtime import Runtime
 from voiceserver.voices import resolve_voice
 
@@ -28,7 +39,8 @@ def resolve_params(
             param="model",
             code="unknown_model",
         )
-    voice, extra = resolve_voice(rt.voices, rt.model.runner, voice, dict(extra or {}))
+    extra = model_extras(caps.request_fields, extra or {})
+    voice, extra = resolve_voice(rt.voices, rt.model.runner, voice, extra)
     params = SynthParams(
         voice=voice or caps.default_voice,
         language=language or caps.languages[0],
@@ -38,3 +50,38 @@ def resolve_params(
     )
     rt.model.runner.validate(params)
     return params
+
+
+INT64 = (-INT64_MAX - 1, INT64_MAX)
+COMMON_FIELDS = {
+    field.name: field
+    for field in (
+        RequestField("temperature", "number", 0.0, 2.0),
+        RequestField("top_k", "integer", 0, INT64[1]),
+        RequestField("top_p", "number", 0.0, 1.0, low_exclusive=True),
+        RequestField("repetition_penalty", "number", 0.0, 10.0, low_exclusive=True),
+        RequestField("seed", "integer", *INT64),
+        RequestField("max_new_tokens", "integer", 1, INT64[1]),
+        RequestField("speaker_embedding", "numbers"),
+        RequestField("ref_text", "string"),
+        RequestField("x_vector_only", "boolean"),
+        RequestField("streaming_text", "boolean"),
+    )
+}
+"""Protocol-level checks of the settings any client may send, whatever the model."""
+
+
+def model_extras(fields: Iterable[RequestField], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The model settings among ``raw``, each checked against its field (ModelInputError
+    naming it otherwise); keys the model does not declare, and nulls, are dropped."""
+    declared = {field.name: field for field in fields}
+    out = {}
+    for name, value in raw.items():
+        if value is None:
+            continue
+        common = COMMON_FIELDS.get(name)
+        if common is not None:
+            common.check(value)
+        if name in declared:
+            out[name] = declared[name].check(value)
+    return out

@@ -17,6 +17,7 @@ from models.qwen3_tts.config import (
     parse_speech_tokenizer_config,
 )
 from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
+from models.qwen3_tts.params import request_fields
 from models.qwen3_tts.runner import ARSettings, Qwen3Runner
 from models.qwen3_tts.sampling import SamplingParams
 from models.qwen3_tts.text_tokenizer import load_text_tokenizer
@@ -130,6 +131,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         streaming_text=options.streaming_text,
         supports_instructions=cfg.supports_instructions,
         max_frames_per_context=options.max_frames,
+        request_fields=request_fields(options.max_frames),
     )
     settings = ARSettings(
         max_contexts=options.max_contexts,

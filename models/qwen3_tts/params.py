@@ -1,12 +1,14 @@
-"""Per-request settings from ``SynthParams.extra``, validated with stable error codes.
+"""Per-request settings from ``SynthParams.extra``, declared once as request fields.
 
-Keys: ``temperature`` (0 = greedy), ``top_k``, ``top_p``, ``repetition_penalty``,
-``seed``, ``subtalker_temperature``/``subtalker_top_k``/``subtalker_top_p``
-(default: the talker's values when those are given, else the checkpoint's),
-``streaming_text`` (bool), ``max_new_tokens`` (frames). Base model voice:
-``ref_audio`` (audio file bytes, base64 text, or float samples with
-``ref_audio_sample_rate``), ``ref_text``, ``x_vector_only``,
-``speaker_embedding`` (floats), or a precomputed ``voice_prompt``.
+The fields (``request_fields``) are what the model advertises in its
+capabilities: every endpoint checks a request against them with the same
+ranges. Keys: ``temperature`` (0 = greedy), ``top_k``, ``top_p``,
+``repetition_penalty``, ``seed``, ``subtalker_temperature``/``subtalker_top_k``/
+``subtalker_top_p`` (default: the talker's values when those are given, else the
+checkpoint's), ``streaming_text`` (bool), ``max_new_tokens`` (frames). Base model
+voice: ``ref_audio`` (audio file bytes, base64 text, or float samples with
+``ref_audio_sample_rate``), ``ref_text``, ``x_vector_only``, ``speaker_embedding``
+(floats), or a precomputed ``voice_prompt`` (a stored voice, set by the server).
 """
 
 from __future__ import annotations
@@ -15,81 +17,66 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models.base import ModelInputError
+from models.base import RequestField
 from models.qwen3_tts.sampling import SamplingParams
 
-SAMPLING_KEYS = (
-    "temperature",
-    "top_k",
-    "top_p",
-    "repetition_penalty",
-    "subtalker_temperature",
-    "subtalker_top_k",
-    "subtalker_top_p",
-    "seed",
-)
-VOICE_KEYS = (
-    "ref_audio",
-    "ref_audio_sample_rate",
-    "ref_text",
-    "x_vector_only",
-    "speaker_embedding",
-    "voice_prompt",
-)
-OTHER_KEYS = ("streaming_text", "max_new_tokens")
+INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _bad(param: str, message: str) -> ModelInputError:
-    return ModelInputError(f"{param}: {message}", param=param, code="invalid_field")
+def request_fields(max_frames: int) -> tuple[RequestField, ...]:
+    """What a Qwen3-TTS request may set: every endpoint checks against these."""
+    temperature = {"low": 0.0, "high": 2.0}
+    top_k = {"low": 0, "high": 1 << 20}
+    top_p = {"low": 0.0, "high": 1.0, "low_exclusive": True}
+    return (
+        RequestField("temperature", "number", **temperature, doc="0 is greedy decoding"),
+        RequestField("top_k", "integer", **top_k, doc="0 keeps every id"),
+        RequestField("top_p", "number", **top_p, doc="nucleus sampling"),
+        RequestField(
+            "repetition_penalty", "number", 0.0, 10.0, low_exclusive=True, doc="on code 0"
+        ),
+        RequestField("subtalker_temperature", "number", **temperature),
+        RequestField("subtalker_top_k", "integer", **top_k),
+        RequestField("subtalker_top_p", "number", **top_p),
+        RequestField("seed", "integer", *INT64, doc="reproducible sampling"),
+        RequestField("max_new_tokens", "integer", 1, max_frames, doc="cap on frames"),
+        RequestField("streaming_text", "boolean", doc="false: all text before speaking"),
+        RequestField("ref_audio", "audio", doc="Base: audio of the voice to clone"),
+        RequestField("ref_audio_sample_rate", "integer", 1, 384000, doc="with raw samples"),
+        RequestField("ref_text", "string", doc="Base: the reference's transcript (ICL)"),
+        RequestField("x_vector_only", "boolean", doc="Base: clone from the x-vector alone"),
+        RequestField("speaker_embedding", "numbers", doc="Base: a precomputed x-vector"),
+    )
 
 
-def _number(extra: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:
-    if key not in extra or extra[key] is None:
-        return None
-    value = extra[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(key, f"must be a number, got {value!r}")
-    if not lo <= float(value) <= hi:
-        raise _bad(key, f"must be between {lo} and {hi}, got {value}")
-    return float(value)
+def _checked(extra: Mapping[str, Any], key: str, fields: Mapping[str, RequestField]) -> Any:
+    value = extra.get(key)
+    return None if value is None else fields[key].check(value)
 
 
-def _integer(extra: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
-    if key not in extra or extra[key] is None:
-        return None
-    value = extra[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(key, f"must be an integer, got {value!r}")
-    if not lo <= value <= hi:
-        raise _bad(key, f"must be between {lo} and {hi}, got {value}")
-    return value
-
-
-def sampling_from(extra: Mapping[str, Any], defaults: SamplingParams) -> SamplingParams:
-    """Request sampling settings over the model's defaults."""
-    temperature = _number(extra, "temperature", 0.0, 10.0)
-    top_k = _integer(extra, "top_k", 0, 1 << 20)
-    top_p = _number(extra, "top_p", 0.0, 1.0)
-    if top_p is not None and top_p <= 0:
-        raise _bad("top_p", "must be above 0")
-    penalty = _number(extra, "repetition_penalty", 0.01, 10.0)
-    seed = _integer(extra, "seed", -(1 << 63), (1 << 63) - 1)
-    sub_t = _number(extra, "subtalker_temperature", 0.0, 10.0)
-    sub_k = _integer(extra, "subtalker_top_k", 0, 1 << 20)
-    sub_p = _number(extra, "subtalker_top_p", 0.0, 1.0)
+def sampling_from(
+    extra: Mapping[str, Any], defaults: SamplingParams, fields: Mapping[str, RequestField]
+) -> SamplingParams:
+    """Request sampling settings over the model's defaults (the subtalker's follow the
+    talker's unless set)."""
+    temperature = _checked(extra, "temperature", fields)
+    top_k = _checked(extra, "top_k", fields)
+    top_p = _checked(extra, "top_p", fields)
+    penalty = _checked(extra, "repetition_penalty", fields)
+    seed = _checked(extra, "seed", fields)
+    sub_t = _checked(extra, "subtalker_temperature", fields)
+    sub_k = _checked(extra, "subtalker_top_k", fields)
+    sub_p = _checked(extra, "subtalker_top_p", fields)
     out = defaults
     if temperature is not None:
         out = replace(out, temperature=temperature)
-        if sub_t is None:
-            sub_t = temperature
+        sub_t = temperature if sub_t is None else sub_t
     if top_k is not None:
         out = replace(out, top_k=top_k)
-        if sub_k is None:
-            sub_k = top_k
+        sub_k = top_k if sub_k is None else sub_k
     if top_p is not None:
         out = replace(out, top_p=top_p)
-        if sub_p is None:
-            sub_p = top_p
+        sub_p = top_p if sub_p is None else sub_p
     if penalty is not None:
         out = replace(out, repetition_penalty=penalty)
     if sub_t is not None:
@@ -111,15 +98,16 @@ class RequestSettings:
 
 
 def settings_from(
-    extra: Mapping[str, Any], defaults: SamplingParams, streaming: bool, max_frames: int
+    extra: Mapping[str, Any],
+    defaults: SamplingParams,
+    streaming: bool,
+    max_frames: int,
+    fields: Mapping[str, RequestField],
 ) -> RequestSettings:
-    if "streaming_text" in extra and extra["streaming_text"] is not None:
-        if not isinstance(extra["streaming_text"], bool):
-            raise _bad("streaming_text", "must be true or false")
-        streaming = extra["streaming_text"]
-    frames = _integer(extra, "max_new_tokens", 1, max_frames)
+    flag = _checked(extra, "streaming_text", fields)
+    frames = _checked(extra, "max_new_tokens", fields)
     return RequestSettings(
-        sampling=sampling_from(extra, defaults),
-        streaming=streaming,
+        sampling=sampling_from(extra, defaults, fields),
+        streaming=streaming if flag is None else flag,
         max_frames=frames if frames is not None else max_frames,
     )

@@ -13,7 +13,7 @@ host in one copy at the end of the step.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from models.base import (
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.context import Phase, Qwen3Context
 from models.qwen3_tts.kv_cache import SlotKVCache
-from models.qwen3_tts.params import settings_from
+from models.qwen3_tts.params import RequestSettings, settings_from
 from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
 from models.qwen3_tts.sampling import (
     RowSettings,
@@ -113,6 +113,7 @@ class Qwen3Runner(ModelRunner):
         self.voices = voices
         self.capabilities = capabilities
         self.settings = settings
+        self._fields = {f.name: f for f in capabilities.request_fields}
         self.frame_dim = cfg.talker.num_code_groups
         param = talker.codec_head.weight
         self.device, self.dtype = param.device, param.dtype
@@ -168,12 +169,17 @@ class Qwen3Runner(ModelRunner):
         """Base model: the reusable prompt of a cloned voice (pass it as ``extra["voice_prompt"]``)."""
         return self.voices.create_prompt(ref_audio, sample_rate, ref_text, x_vector_only)
 
-    def clone_voice(
-        self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False
-    ) -> ClonedVoice:
+    def clone_voice(self, ref_audio: bytes, options: Mapping[str, Any]) -> ClonedVoice:
         """Base model: the speaker x-vector (and, unless ``x_vector_only``, the
-        reference's codes and text) as arrays the server can store."""
-        prompt = self.create_voice_prompt(ref_audio, None, ref_text, x_vector_only)
+        reference's codes and its transcript ``ref_text``) as arrays the server
+        can store. ``options``: ``ref_text``, ``x_vector_only`` (default: true
+        without a transcript)."""
+        ref_text = (
+            self._fields["ref_text"].check(options["ref_text"]) if options.get("ref_text") else None
+        )
+        x_only = options.get("x_vector_only")
+        x_only = not ref_text if x_only is None else self._fields["x_vector_only"].check(x_only)
+        prompt = self.create_voice_prompt(ref_audio, None, ref_text, x_only)
         arrays = {"speaker_embedding": np.asarray(prompt.speaker_embedding, dtype=np.float32)}
         if prompt.ref_codes is not None:
             arrays["ref_codes"] = np.asarray(prompt.ref_codes, dtype=np.int64)
@@ -253,12 +259,13 @@ class Qwen3Runner(ModelRunner):
         ids = self.tokenizer.encode(text) if text else []
         return [np.asarray(ids, np.int64)] if ids else []
 
-    def _settings(self, params: SynthParams):  # type: ignore[no-untyped-def]
+    def _settings(self, params: SynthParams) -> RequestSettings:
         return settings_from(
             params.extra,
             self.settings.sampling,
             self.settings.streaming_text,
             self.settings.max_frames,
+            self._fields,
         )
 
     # -- stepping ----------------------------------------------------------------

@@ -280,12 +280,12 @@ def test_unknown_names_list_builtin_and_uploaded_voices(tiny: LoadedModel) -> No
 
 def test_models_that_cannot_clone_say_so(tiny: LoadedModel) -> None:
     with pytest.raises(ModelInputError, match="cannot clone voices") as err:
-        tiny.runner.clone_voice(wav_bytes(2.0), REF_TEXT)
+        tiny.runner.clone_voice(wav_bytes(2.0), {"ref_text": REF_TEXT})
     assert (err.value.param, err.value.code) == ("audio_sample", "unsupported_value")
 
 
 def test_base_model_clone_round_trips_through_the_store(base: LoadedModel, tmp_path: Path) -> None:
-    voice = base.runner.clone_voice(wav_bytes(2.0), REF_TEXT)
+    voice = base.runner.clone_voice(wav_bytes(2.0), {"ref_text": REF_TEXT})
     embedding, codes = voice.arrays["speaker_embedding"], voice.arrays["ref_codes"]
     assert embedding.shape == (64,) and embedding.dtype == np.float32
     assert codes.ndim == 2 and codes.shape[1] == 16 and codes.dtype == np.int64
@@ -307,7 +307,7 @@ def test_base_model_clone_round_trips_through_the_store(base: LoadedModel, tmp_p
     assert np.array_equal(prompt.ref_codes, codes)
     base.runner.validate(SynthParams(voice=name, language="auto", extra=extra))
 
-    plain = base.runner.clone_voice(wav_bytes(2.0), None, x_vector_only=True)
+    plain = base.runner.clone_voice(wav_bytes(2.0), {"x_vector_only": True})
     assert set(plain.arrays) == {"speaker_embedding"} and plain.meta == {"ref_text": None}
     name, extra = base.runner.voice_settings(plain)
     assert name == "clone" and extra["voice_prompt"].ref_codes is None
@@ -346,9 +346,10 @@ def test_base_model_refuses_voices_that_do_not_fit(
 
 def test_base_model_clone_errors_name_the_field(base: LoadedModel) -> None:
     cases = [
-        ((b"not audio", REF_TEXT), "ref_audio", "not decodable audio"),
-        ((wav_bytes(0.2), REF_TEXT), "ref_audio", "too short"),
-        ((wav_bytes(2.0), None), "ref_text", "required"),
+        ((b"not audio", {"ref_text": REF_TEXT}), "ref_audio", "not decodable audio"),
+        ((wav_bytes(0.2), {"ref_text": REF_TEXT}), "ref_audio", "too short"),
+        ((wav_bytes(2.0), {"x_vector_only": False}), "ref_text", "required"),
+        ((wav_bytes(2.0), {"x_vector_only": "yes"}), "x_vector_only", "true or false"),
     ]
     for args, param, words in cases:
         with pytest.raises(ModelInputError) as err:

@@ -206,12 +206,15 @@ class ContextHandle:
         self.client.engine.submit(Throttle(self.cid, paused))
 
     def cancel(self) -> None:
-        """Free the context's slot at the engine's next step; no event follows."""
+        """Free the context's slot (at once if the engine has not taken the context
+        yet, else at its next step); no event follows."""
         if self.ended:
             return
         self.ended = True
         self.client._handles.pop(self.cid, None)
-        self.client.engine.submit(Cancel(self.cid))
+        engine = self.client.engine
+        if not engine.retract(self.cid):
+            engine.submit(Cancel(self.cid))
 
     def fail(self, event: ContextFailed) -> None:
         """A failure found before the engine ran the context (preparing, encoding):

@@ -159,6 +159,8 @@ class EngineCore:
         self._next_id = 0
         self._reserved = 0
         """Contexts registered by clients and not yet admitted (they will need a slot)."""
+        self._unregistered: set[int] = set()
+        """Reserved contexts whose Register the engine thread has not taken yet."""
         self._ar_seconds = 0.05
         self.load = 0.0
         """Smoothed step wall time per second of audio a stepped context gets."""
@@ -182,7 +184,19 @@ class EngineCore:
                 return None
             self._reserved += 1
             self._next_id += 1
+            self._unregistered.add(self._next_id)
             return self._next_id
+
+    def retract(self, cid: int) -> bool:
+        """Give up a reserved context the engine thread has not taken yet (its
+        reservation is free at once; its messages will be ignored). False when the
+        engine has it already: cancel it with a message then."""
+        with self._lock:
+            if cid not in self._unregistered:
+                return False
+            self._unregistered.discard(cid)
+            self._reserved -= 1
+            return True
 
     @property
     def full(self) -> bool:
@@ -196,11 +210,6 @@ class EngineCore:
         busy = self.scheduler.used_slots > 0
         limit = self.config.admission_load
         return check_load and bool(limit) and busy and self.load > limit
-
-    def unreserve(self) -> None:
-        """A reserved context was given up before it was registered."""
-        with self._lock:
-            self._reserved -= 1
 
     def submit(self, message: InboxMessage) -> None:
         self.inbox.put(message)
@@ -256,6 +265,10 @@ class EngineCore:
 
     def _handle(self, message: InboxMessage) -> None:
         if isinstance(message, Register):
+            with self._lock:
+                if message.cid not in self._unregistered:
+                    return  # retracted before we got to it
+                self._unregistered.discard(message.cid)
             self._contexts[message.cid] = _Context(message.cid, message.client, message.max_lead_s)
             return
         ctx = self._contexts.get(message.cid)

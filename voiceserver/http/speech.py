@@ -332,7 +332,24 @@ def parse_speech_request(
     return SpeechRequest(text, params, response_format, sample_rate, stream_format)
 
 
+# Request fields that name a model setting differently (vllm-omni's), and how.
+_RENAMED = {"x_vector_only_mode": "x_vector_only"}
+_MODEL_KEYS = (
+    "ref_audio",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "seed",
+    "max_new_tokens",
+    "speaker_embedding",
+)
+
+
 def _model_extras(fields: _Fields) -> dict[str, Any]:
+    """The request's model settings, gathered under the names models use; their
+    types and ranges are checked against the served model's own fields
+    (``voiceserver.params``), as on every endpoint."""
     extra: dict[str, Any] = {}
     extra_params = fields.body.get("extra_params")
     if extra_params is not None:
@@ -341,37 +358,18 @@ def _model_extras(fields: _Fields) -> dict[str, Any]:
         extra.update(extra_params)
     if fields.present("task_type"):
         extra["task_type"] = fields.choice("task_type", TASK_TYPES, "")
-    if fields.present("ref_audio"):
-        extra["ref_audio"] = fields.string("ref_audio")
     if fields.present("ref_text"):
         extra["ref_text"] = fields.text("ref_text", INSTRUCTIONS_MAX_LEN)
-    for key, low, high in (
-        ("temperature", 0.0, 2.0),
-        ("top_p", 0.0, 1.0),
-        ("repetition_penalty", 0.0, 10.0),
-    ):
+    for key in _MODEL_KEYS:
         if fields.present(key):
-            extra[key] = fields.number(key, low, high)
-    if fields.present("top_k"):
-        extra["top_k"] = fields.integer("top_k", 0, _INT64[1])
-    if fields.present("seed"):
-        extra["seed"] = fields.integer("seed", *_INT64)
-    if fields.present("max_new_tokens"):
-        extra["max_new_tokens"] = fields.integer("max_new_tokens", 1, _INT64[1])
-    if fields.present("initial_codec_chunk_frames"):
-        fields.integer("initial_codec_chunk_frames", 0, _INT64[1])
-    if fields.present("x_vector_only_mode"):
-        extra["x_vector_only"] = fields.boolean("x_vector_only_mode")
+            extra[key] = fields.body[key]
+    for key, name in _RENAMED.items():
+        if fields.present(key):
+            extra[name] = fields.body[key]
     if fields.present("non_streaming_mode"):
         extra["streaming_text"] = not fields.boolean("non_streaming_mode")
-    embedding = fields.body.get("speaker_embedding")
-    if embedding is not None:
-        if not isinstance(embedding, list) or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            for x in embedding
-        ):
-            raise invalid("speaker_embedding", "must be an array of finite numbers")
-        extra["speaker_embedding"] = [float(x) for x in embedding]
+    if fields.present("initial_codec_chunk_frames"):
+        fields.integer("initial_codec_chunk_frames", 0, _INT64[1])
     return extra
 
 

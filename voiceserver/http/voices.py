@@ -259,9 +259,8 @@ async def clone_and_store(rt: Runtime, upload: Upload) -> StoredVoice:
         name = store.check_name(upload.name)
         async with store.upload_lock:
             store.check_name(name)  # taken while this upload waited?
-            cloned = await asyncio.to_thread(
-                rt.model.runner.clone_voice, upload.audio, upload.ref_text, x_only
-            )
+            options = {"ref_text": upload.ref_text, "x_vector_only": x_only}
+            cloned = await asyncio.to_thread(rt.model.runner.clone_voice, upload.audio, options)
             record = VoiceRecord(
                 name=name,
                 created_at=int(time.time()),

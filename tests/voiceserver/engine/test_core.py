@@ -152,6 +152,37 @@ async def test_a_full_engine_refuses_at_once_and_takes_again_once_a_slot_is_free
     await third.until(final)
 
 
+async def test_a_context_cancelled_before_the_engine_took_it_frees_its_place_at_once() -> None:
+    """A create/cancel burst arrives faster than the engine thread runs: a context it
+    has not taken yet gives its reservation back on cancel, so the burst is not
+    refused as if every cancelled context still held a slot."""
+    model = load({"max_contexts": 2})
+    config = EngineConfig(first_chunk_frames=1, max_chunk_frames=4, admission_load=0.0)
+    core = EngineCore(model, config)  # not started yet: it takes nothing meanwhile
+    client = EngineClient(core, asyncio.get_running_loop(), ThreadPoolExecutor(1))
+    gone = [Events() for _ in range(10)]
+    for events in gone:
+        handle = open_context(client, events)
+        handle.append("spoken by no one")
+        handle.cancel()
+    kept = [Events(), Events()]
+    handles = [open_context(client, events) for events in kept]
+    with pytest.raises(Overloaded):  # the two live ones hold both slots
+        open_context(client, Events())
+    core.start()
+    try:
+        for handle in handles:
+            handle.append("y" * 5)
+            handle.close_input()
+        for events in kept:
+            await events.until(final)
+        await asyncio.sleep(0.1)
+        assert all(events.queue.empty() for events in gone)
+        assert core.stats.active_contexts == 0 and not core.full
+    finally:
+        core.stop()
+
+
 async def test_frontend_error_fails_only_that_context(engine) -> None:  # type: ignore[no-untyped-def]
     core, client = engine
     good, bad = Events(), Events()
