@@ -33,14 +33,21 @@ class RequestSpec:
 
 
 async def run_request(
-    vc: VoiceClient, text: str, spec: RequestSpec, index: int = 0, concurrency: int = 1
+    vc: VoiceClient,
+    text: str,
+    spec: RequestSpec,
+    index: int = 0,
+    concurrency: int = 1,
+    arrivals: list[Arrival] | None = None,
 ) -> RequestResult:
     """Stream ``text`` like an LLM: word pieces, ``text.append(flush=True)`` on the last
-    word of the first clause, the rest, ``context.end``. Errors are recorded, not raised."""
+    word of the first clause, the rest, ``context.end``. Errors are recorded, not raised.
+    ``arrivals``, when given, gets every audio chunk as it arrives."""
     pieces = word_pieces(text)
     flush_piece = min(spec.first_clause_words, len(pieces)) - 1
     started = flush_at = time.monotonic()
-    arrivals: list[Arrival] = []
+    if arrivals is None:
+        arrivals = []
     error: str | None = None
     ctx: VoiceContext | None = None
     try:
