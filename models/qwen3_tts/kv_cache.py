@@ -6,10 +6,12 @@ import torch
 
 
 class SlotKVCache:
-    """Keys/values laid out [layer][slot, position, kv_head, head_dim].
+    """Keys/values laid out [layer][slot, kv_head, position, head_dim].
 
-    That layout lets one advanced-indexing write store the new positions of
-    every row of a batch, whatever slot and position each row is at.
+    One advanced-indexing write stores the new positions of every row of a
+    batch, whatever slot and position each row is at; attention reads a range
+    of slots as a view of the buffer (no per-step copy). Position ``capacity``
+    is scratch: the padding of a batched prefill is written there and never read.
     """
 
     def __init__(
@@ -22,10 +24,16 @@ class SlotKVCache:
         dtype: torch.dtype,
         device: torch.device,
     ) -> None:
-        shape = (slots, capacity, kv_heads, head_dim)
+        shape = (slots, kv_heads, capacity + 1, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.capacity = capacity
+
+    @staticmethod
+    def bytes_per_slot(
+        layers: int, capacity: int, kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        return 2 * layers * kv_heads * (capacity + 1) * head_dim * dtype.itemsize
 
     def write(
         self,
@@ -35,15 +43,16 @@ class SlotKVCache:
         k: torch.Tensor,
         v: torch.Tensor,
     ) -> None:
-        """slots [B], positions [B, T]; k/v [B, kv_heads, T, head_dim]."""
+        """slots [B], positions [B, T] (``capacity`` for padding); k/v [B, kv_heads, T, head_dim]."""
         rows = slots[:, None].expand_as(positions)
-        self.k[layer][rows, positions] = k.transpose(1, 2)
-        self.v[layer][rows, positions] = v.transpose(1, 2)
+        self.k[layer][rows, :, positions] = k.transpose(1, 2)
+        self.v[layer][rows, :, positions] = v.transpose(1, 2)
 
-    def read(
-        self, layer: int, slots: torch.Tensor, length: int
+    def view(
+        self, layer: int, first: int, end: int, length: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first ``length`` positions of each slot, as [B, kv_heads, length, head_dim]."""
-        k = self.k[layer][slots, :length].transpose(1, 2)
-        v = self.v[layer][slots, :length].transpose(1, 2)
-        return k, v
+        """Slots ``first:end``, positions ``:length``, as views [end - first, kv_heads, length, head_dim]."""
+        return (
+            self.k[layer][first:end, :, :length],
+            self.v[layer][first:end, :, :length],
+        )

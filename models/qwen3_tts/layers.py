@@ -77,20 +77,31 @@ class Attention(nn.Module):
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """mask: bool [B, 1, T, S] (True = attend) or None for plain causal over equal lengths."""
-        groups = self.num_heads // self.num_kv_heads
-        if groups > 1:
-            k = k.repeat_interleave(groups, dim=1)
-            v = v.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(q, k.transpose(2, 3)) * self.head_dim**-0.5
-        if mask is None:
-            t, s = q.shape[2], k.shape[2]
-            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(probs, v).transpose(1, 2)
-        b, t = out.shape[:2]
-        return self.o_proj(out.reshape(b, t, -1))
+        """q [B, H, T, D] against k/v [B, KVH, S, D] (views of a cache are fine: only the
+        last dim must be contiguous). mask: bool [B, 1, T, S] (True = attend), or None
+        for causal attention of the T queries as the last T of the S positions."""
+        t, s = q.shape[2], k.shape[2]
+        if mask is None and t > 1:
+            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)[None, None]
+        out = grouped_attention(q, k, v, mask)
+        b = out.shape[0]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+def grouped_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Grouped-query attention without copying keys/values per query head: the query
+    heads sharing a kv head are folded into the query length. Returns [B, H, T, D]."""
+    b, h, t, d = q.shape
+    kv_heads = k.shape[1]
+    groups = h // kv_heads
+    folded = q.reshape(b, kv_heads, groups * t, d)
+    if mask is not None and groups > 1:
+        rows, s = mask.shape[0], mask.shape[-1]
+        mask = mask[:, :, None].expand(rows, 1, groups, t, s).reshape(rows, 1, groups * t, s)
+    out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask)
+    return out.view(b, h, t, d)
 
 
 class MLP(nn.Module):

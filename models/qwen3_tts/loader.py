@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +14,11 @@ from models.base import Capabilities, LoadedModel, parse_options
 from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json
 from models.qwen3_tts.config import (
     CheckpointError,
+    TransformerConfig,
     parse_config,
     parse_speech_tokenizer_config,
 )
+from models.qwen3_tts.kv_cache import SlotKVCache
 from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
 from models.qwen3_tts.params import request_fields
 from models.qwen3_tts.runner import ARSettings, Qwen3Runner
@@ -24,6 +27,8 @@ from models.qwen3_tts.text_tokenizer import load_text_tokenizer
 from models.qwen3_tts.vocoder import Qwen3Vocoder
 from models.qwen3_tts.voice_clone import VoiceCloner
 from models.qwen3_tts.voices import VoiceResolver
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -35,7 +40,11 @@ class Qwen3Options:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     max_contexts: int = 8
-    """KV slots, i.e. contexts generating at once."""
+    """KV slots, i.e. contexts generating at once: the most there will be. On a GPU
+    fewer are made when ``kv_memory_fraction`` of the free memory cannot hold them."""
+    kv_memory_fraction: float = 0.5
+    """Share of the GPU memory free once the weights are loaded that the KV slots may
+    take; the rest is left for activations (the vocoder's grow with its batch)."""
     kv_capacity: int = 2048
     """Talker positions per slot (prompt + frames)."""
     max_frames: int = 2048
@@ -77,6 +86,45 @@ def sampling_defaults(generation: Mapping[str, Any], options: Qwen3Options) -> S
         subtalker_top_k=int(pick("subtalker_top_k", 50)),
         subtalker_top_p=float(pick("subtalker_top_p", 1.0)),
     )
+
+
+def kv_slots(
+    options: Qwen3Options, stack: TransformerConfig, dtype: torch.dtype, device: torch.device
+) -> int:
+    """``max_contexts``, or as many slots as ``kv_memory_fraction`` of the free GPU
+    memory holds (measured now, after the weights), whichever is fewer."""
+    if options.max_contexts < 1:
+        raise ValueError(f"model.max_contexts must be at least 1, got {options.max_contexts}")
+    if device.type != "cuda":
+        return options.max_contexts
+    if not 0 < options.kv_memory_fraction <= 0.95:
+        raise ValueError(
+            "model.kv_memory_fraction must be above 0 and at most 0.95, "
+            f"got {options.kv_memory_fraction}"
+        )
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    per_slot = SlotKVCache.bytes_per_slot(
+        stack.num_layers, options.kv_capacity, stack.num_kv_heads, stack.head_dim, dtype
+    )
+    fits = int(free * options.kv_memory_fraction) // per_slot
+    if fits < 1:
+        raise ValueError(
+            f"one KV slot needs {per_slot / 2**20:.0f} MiB and "
+            f"{options.kv_memory_fraction:g} of the {free / 2**30:.1f} GiB free holds none: "
+            "lower model.kv_capacity or raise model.kv_memory_fraction"
+        )
+    if fits < options.max_contexts:
+        log.warning(
+            "%d KV slots fit in %.0f%% of the %.1f GiB free (%d MiB each); "
+            "model.max_contexts asked for %d",
+            fits,
+            100 * options.kv_memory_fraction,
+            free / 2**30,
+            per_slot // 2**20,
+            options.max_contexts,
+        )
+    return min(options.max_contexts, fits)
 
 
 def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
@@ -134,7 +182,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         request_fields=request_fields(options.max_frames),
     )
     settings = ARSettings(
-        max_contexts=options.max_contexts,
+        max_contexts=kv_slots(options, cfg.talker.stack, dtype, device),
         kv_capacity=options.kv_capacity,
         max_frames=options.max_frames,
         streaming_text=options.streaming_text,

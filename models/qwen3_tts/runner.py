@@ -333,12 +333,10 @@ class Qwen3Runner(ModelRunner):
         live = [c for c in contexts if c is not None and c.has_work]
         hidden_rows: list[torch.Tensor] = []
         sampled: list[Qwen3Context] = []
-        for ctx in live:
-            if ctx.phase is Phase.PROMPT:
-                hidden = self._prompt(ctx)
-                if hidden is not None:
-                    hidden_rows.append(hidden)
-                    sampled.append(ctx)
+        prompted = self._prompts([c for c in live if c.phase is Phase.PROMPT])
+        if prompted is not None:
+            sampled, hidden = prompted
+            hidden_rows.append(hidden)
         predicting = [c for c in live if c.pending_code0 is not None]
         codes = self._predict(predicting)
         advancing = [c for c in live if c.pending_frame is not None and c.track_ready]
@@ -356,8 +354,47 @@ class Qwen3Runner(ModelRunner):
         self._take_code0(sampled, host[len(predicting) * groups :])
         return self._result(contexts, made)
 
-    def _prompt(self, ctx: Qwen3Context) -> torch.Tensor | None:
-        """Run what can run of a context's prompt; its last hidden state once complete."""
+    def _prompts(
+        self, contexts: list[Qwen3Context]
+    ) -> tuple[list[Qwen3Context], torch.Tensor] | None:
+        """Run what can run of each context's prompt, all in one padded talker call;
+        the contexts whose prompt is now complete, with their last hidden states [B, H]."""
+        batch: list[tuple[Qwen3Context, torch.Tensor, bool]] = []
+        for ctx in contexts:
+            part = self._prompt_rows(ctx)
+            if part is None:
+                continue
+            rows, complete = part
+            if ctx.position + rows.shape[0] > self.cache.capacity:
+                ctx.finish(hit_limit=True)
+                continue
+            batch.append((ctx, rows, complete))
+        if not batch:
+            return None
+        counts = [rows.shape[0] for _, rows, _ in batch]
+        embeds = batch[0][1].new_zeros(len(batch), max(counts), batch[0][1].shape[-1])
+        for row, (_, rows, _) in enumerate(batch):
+            embeds[row, : rows.shape[0]] = rows
+        slots = [ctx.slot for ctx, _, _ in batch]
+        starts = [ctx.position for ctx, _, _ in batch]
+        hidden = self.talker(embeds, self.cache, slots, starts, counts)
+        done: list[Qwen3Context] = []
+        last: list[int] = []
+        for row, (ctx, _, complete) in enumerate(batch):
+            ctx.position += counts[row]
+            if complete:
+                ctx.phase = Phase.DECODE
+                done.append(ctx)
+                last.append(row)
+        if not done:
+            return None
+        picked = torch.tensor(last, device=self.device)
+        ends = torch.tensor([counts[row] - 1 for row in last], device=self.device)
+        return done, hidden[picked, ends]
+
+    def _prompt_rows(self, ctx: Qwen3Context) -> tuple[torch.Tensor, bool] | None:
+        """The prompt embeddings [n, H] a context can run now, and whether they end its
+        prompt; None when it must wait for text (or has ended: nothing to say)."""
         if not ctx.spec.streaming and not ctx.input_closed:
             return None
         if ctx.input_closed and ctx.text_seen == 0 and not ctx.spec.ref_text_ids:
@@ -381,19 +418,7 @@ class Qwen3Runner(ModelRunner):
             complete = ctx.aligned_left == 0
         if not rows:
             return None
-        embeds = torch.cat(rows)[None]
-        length = ctx.position + embeds.shape[1]
-        if length > self.cache.capacity:
-            ctx.finish(hit_limit=True)
-            return None
-        slot = torch.tensor([ctx.slot], device=self.device)
-        start = torch.tensor([ctx.position], device=self.device)
-        hidden = self.talker(embeds, self.cache, slot, start, length)[0]
-        ctx.position = length
-        if not complete:
-            return None
-        ctx.phase = Phase.DECODE
-        return hidden[-1:]
+        return torch.cat(rows), complete
 
     def _track_row(self, ctx: Qwen3Context) -> torch.Tensor:
         item = ctx.next_track()
@@ -452,10 +477,9 @@ class Qwen3Runner(ModelRunner):
         if not live:
             return None
         embeds = torch.stack([c.pending_frame + self._track_row(c) for c in live])[:, None]  # type: ignore[operator]
-        slots = torch.tensor([c.slot for c in live], device=self.device)
-        starts = torch.tensor([c.position for c in live], device=self.device)
-        length = max(c.position for c in live) + 1
-        hidden = self.talker(embeds, self.cache, slots, starts, length)[:, 0]
+        slots = [c.slot for c in live]
+        starts = [c.position for c in live]
+        hidden = self.talker(embeds, self.cache, slots, starts)[:, 0]
         for ctx in live:
             ctx.position += 1
             ctx.pending_frame = None

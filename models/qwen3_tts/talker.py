@@ -5,6 +5,9 @@ Parameter names mirror ``talker.*`` of the checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -12,7 +15,7 @@ from torch.nn import functional as F
 from models.qwen3_tts.code_predictor import CodePredictor
 from models.qwen3_tts.config import TalkerConfig
 from models.qwen3_tts.kv_cache import SlotKVCache
-from models.qwen3_tts.layers import Stack, rope_cos_sin
+from models.qwen3_tts.layers import Stack, grouped_attention, rope_cos_sin
 
 
 class TalkerModel(Stack):
@@ -59,30 +62,49 @@ class Talker(nn.Module):
         self,
         embeds: torch.Tensor,
         cache: SlotKVCache,
-        slots: torch.Tensor,
-        starts: torch.Tensor,
-        length: int,
+        slots: Sequence[int],
+        starts: Sequence[int],
+        counts: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """Run ``embeds`` [B, T, H] at positions ``starts[b] + t`` of each row's slot;
-        ``length`` is ``max(starts) + T``, known to the caller without a device sync.
+        """Run row ``b``'s first ``counts[b]`` (default all T) of ``embeds`` [B, T, H] at
+        positions ``starts[b] + t`` of slot ``slots[b]``; the rest of a row is padding.
 
-        Writes the new keys/values into ``cache`` and returns the final-norm
-        hidden states [B, T, H].
+        Writes the new keys/values into ``cache`` and returns the final-norm hidden
+        states [B, T, H]. Attention reads the cache in place, over the range of slots
+        the batch spans. Every argument but ``embeds`` is known to the host, so
+        nothing here waits on the device.
         """
-        t = embeds.shape[1]
-        positions = starts[:, None] + torch.arange(t, device=embeds.device)[None]
+        b, t = embeds.shape[:2]
+        dev = embeds.device
+        host_starts = np.asarray(starts, np.int64)
+        host_counts = np.full(b, t, np.int64) if counts is None else np.asarray(counts, np.int64)
+        length = int((host_starts + host_counts).max())
         if length > cache.capacity:
             raise RuntimeError(f"context longer than the KV capacity {cache.capacity}")
-        keys = torch.arange(length, device=embeds.device)
-        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]
-        cos, sin = rope_cos_sin(self.model.inv_freq, positions, embeds.dtype)
+        host_slots = np.asarray(slots, np.int64)
+        first, end = int(host_slots.min()), int(host_slots.max()) + 1
+        positions = host_starts[:, None] + np.arange(t)[None]
+        padding = np.arange(t)[None] >= host_counts[:, None]
+        # Slots of the range outside the batch get position 0: finite, unused output.
+        spanned = np.zeros((end - first, t), np.int64)
+        spanned[host_slots - first] = positions
+        slot_ids = torch.from_numpy(host_slots).to(dev)
+        rows = slot_ids - first
+        where = torch.from_numpy(np.where(padding, cache.capacity, positions)).to(dev)
+        position_ids = torch.from_numpy(positions).to(dev)
+        keys = torch.arange(length, device=dev)
+        mask = (keys <= torch.from_numpy(spanned).to(dev)[:, :, None])[:, None]
+        cos, sin = rope_cos_sin(self.model.inv_freq, position_ids, embeds.dtype)
         x = embeds
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
             q, k, v = attn.project(layer.input_layernorm(x), cos, sin)
-            cache.write(i, slots, positions, k, v)
-            k_all, v_all = cache.read(i, slots, length)
-            x = x + attn.attend(q, k_all, v_all, mask)
+            cache.write(i, slot_ids, where, k, v)
+            k_all, v_all = cache.view(i, first, end, length)
+            spread = q.new_zeros((end - first, *q.shape[1:]))
+            spread[rows] = q
+            out = grouped_attention(spread, k_all, v_all, mask)[rows]
+            x = x + attn.o_proj(out.transpose(1, 2).reshape(b, t, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.model.norm(x)
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from models.base import SynthParams
+from models.qwen3_tts.kv_cache import SlotKVCache
 from models.qwen3_tts.loader import load
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.models.qwen3_tts.driver import Job, decode_chunked, run_jobs
@@ -74,3 +75,22 @@ def test_cuda_bf16_generates_batched(checkpoint: Path) -> None:
         assert 0 < len(result.codes) <= 40 and result.hit_limit == (len(result.codes) == 40)
         assert result.codes.min() >= 0 and result.codes.max() < 2048
         assert len(wav) == len(result.codes) * 1920 and np.isfinite(wav).all()
+
+
+def test_kv_slots_are_sized_from_free_memory(checkpoint: Path) -> None:
+    """``max_contexts`` is an upper bound: on a GPU only the slots that
+    ``kv_memory_fraction`` of the free memory holds are made, and a capacity that
+    leaves room for none is refused with what to change."""
+    free_before, _ = torch.cuda.mem_get_info()
+    options = {"device": "cuda", "dtype": "bfloat16", "kv_capacity": 2048}
+    model = load({**options, "max_contexts": 100_000, "kv_memory_fraction": 0.05}, checkpoint)
+    stack = model.runner.cfg.talker.stack  # type: ignore[attr-defined]
+    per_slot = SlotKVCache.bytes_per_slot(
+        stack.num_layers, 2048, stack.num_kv_heads, stack.head_dim, torch.bfloat16
+    )
+    slots = model.runner.max_slots
+    assert 1 <= slots < 100_000 and slots * per_slot <= 0.05 * free_before
+    assert len(model.runner.cache.k[0]) == slots  # type: ignore[attr-defined]
+    del model
+    with pytest.raises(ValueError, match="kv_capacity"):
+        load({**options, "kv_capacity": 10_000_000, "kv_memory_fraction": 0.01}, checkpoint)

@@ -20,6 +20,7 @@ Policy, in order:
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass
 
@@ -52,7 +53,9 @@ class ARScheduler:
         self.audio_s = np.zeros(n)
         self.lead = np.full(n, max_lead_s)
         self.order = np.zeros(n, np.int64)
-        self._free = list(range(n - 1, -1, -1))
+        self._free = list(range(n))
+        """Free slots, a min-heap: the lowest is taken first, so the slots in use stay
+        packed at the bottom and a runner's batched reads over a slot range stay short."""
         self._waiting: deque[tuple[int, float]] = deque()
         self._waiting_ids: set[int] = set()
         self._slot: dict[int, int] = {}
@@ -76,7 +79,7 @@ class ARScheduler:
             return None
         self.cid[slot] = -1
         self.ready[slot] = self.finished[slot] = self.paused[slot] = self.blocked[slot] = False
-        self._free.append(slot)
+        heapq.heappush(self._free, slot)
         return slot
 
     def slot_of(self, cid: int) -> int | None:
@@ -89,7 +92,7 @@ class ARScheduler:
         while self._waiting and self._free:
             cid, lead = self._waiting.popleft()
             self._waiting_ids.discard(cid)
-            slot = self._free.pop()
+            slot = heapq.heappop(self._free)
             self._seq += 1
             self.cid[slot] = cid
             self.ready[slot] = True

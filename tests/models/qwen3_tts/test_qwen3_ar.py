@@ -94,6 +94,20 @@ def test_seeded_sampling_is_reproducible_in_any_batch(cv: LoadedModel) -> None:
     assert not np.array_equal(alone, reseeded[0].codes)
 
 
+def test_batched_prompts_and_slot_gaps_give_each_context_its_own_codes(cv: LoadedModel) -> None:
+    """Three contexts admitted in one step run their prompts in one padded talker call
+    (the non-streaming one's prompt is longest); the middle one ends after two frames,
+    leaving an idle slot inside the range the others' attention reads in place. Each
+    context's codes equal its own run alone (in slot 0)."""
+    first = Job(params(max_new_tokens=12), TEXT)
+    short = Job(params(voice="vivian", max_new_tokens=2), "Hi.")
+    whole = Job(params(streaming_text=False, max_new_tokens=12), "A longer one, read whole.")
+    together = run_jobs(cv, [first, short, whole])
+    assert len(together[1].codes) == 2 and len(together[2].codes) > 2
+    for job, result in zip((first, short, whole), together, strict=True):
+        np.testing.assert_array_equal(run_jobs(cv, [job])[0].codes, result.codes)
+
+
 def test_slots_are_reused(cv: LoadedModel) -> None:
     for _ in range(cv.runner.max_slots + 2):
         run_jobs(cv, [Job(params(max_new_tokens=2), "Hi.")])
