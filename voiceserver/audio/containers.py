@@ -33,7 +33,6 @@ from voiceserver.audio.encoders.muxed import MuxedEncoder
 from voiceserver.audio.encoders.ogg_opus import OggOpusEncoder
 from voiceserver.audio.encoders.pcm import PcmEncoder
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
-from voiceserver.audio.resample import StreamResampler, as_mono_float32
 from voiceserver.audio.wav import wav_header
 
 RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -58,6 +57,9 @@ _AAC_BITRATE = {8000: 32000, 16000: 48000, 22050: 64000, 24000: 64000, 44100: 96
 
 class WavStreamEncoder:
     """16-bit PCM behind an open-ended RIFF header (sent with the first payload)."""
+
+    cheap = True
+    """The PCM encoder's cost, plus a header once."""
 
     def __init__(self, sample_rate: int) -> None:
         self.sample_rate = sample_rate
@@ -137,43 +139,6 @@ def make_file_encoder(response_format: str, sample_rate: int) -> Encoder:
     if response_format == "opus":
         return OggOpusEncoder(sample_rate)
     return AvFileEncoder(response_format, sample_rate)
-
-
-class FileStream:
-    """Model-rate float32 PCM in, the bytes of one audio file out, piece by piece.
-
-    Resampler + file encoder of one response. Not thread-safe but free of
-    thread affinity: call it from one worker of a pool at a time.
-    """
-
-    def __init__(self, response_format: str, input_rate: int, sample_rate: int) -> None:
-        self.response_format = response_format
-        self.media_type = MEDIA_TYPES[response_format]
-        self.sample_rate = sample_rate
-        self._encoder = make_file_encoder(response_format, sample_rate)
-        self._resampler = StreamResampler(input_rate, sample_rate)
-        self._done = False
-
-    def push(self, pcm: np.ndarray) -> bytes:
-        """Feed the next chunk; return the bytes ready now (maybe none)."""
-        if self._done:
-            raise RuntimeError("FileStream.push() after finish() or close()")
-        pcm = np.nan_to_num(as_mono_float32(pcm), nan=0.0, posinf=1.0, neginf=-1.0)
-        return b"".join(self._encoder.encode(self._resampler.process(pcm)))
-
-    def finish(self) -> bytes:
-        """End of the audio: everything still held, with the file's end."""
-        if self._done:
-            raise RuntimeError("FileStream.finish() after finish() or close()")
-        self._done = True
-        tail = self._encoder.encode(self._resampler.flush())
-        return b"".join(tail + self._encoder.flush())
-
-    def close(self) -> None:
-        """Abandon the file (client gone): free the encoder, emit nothing."""
-        if not self._done:
-            self._done = True
-            self._encoder.close()
 
 
 def encode_whole_file(s16: bytes, rate: int, fmt: str) -> bytes:

@@ -1,9 +1,14 @@
-"""The audio output stage of one context: model-rate PCM in, wire payloads out."""
+"""The audio output stage of one context: model-rate PCM in, wire payloads out.
+
+Every endpoint builds one: the WebSocket ones from an `AudioFormat`
+(`make_output`), HTTP from a `response_format` file (`make_file_output`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from voiceserver.audio.containers import make_file_encoder
 from voiceserver.audio.encoders import Encoder, make_encoder
 from voiceserver.audio.format import AudioFormat, AudioFormatError
 from voiceserver.audio.resample import StreamResampler, as_mono_float32
@@ -22,14 +27,18 @@ class OutputStage:
     call it (e.g. a worker of a thread pool).
     """
 
-    def __init__(
-        self, fmt: AudioFormat, input_rate: int, *, opus_complexity: int | None = None
-    ) -> None:
-        self.format = fmt.normalized()
+    def __init__(self, encoder: Encoder, input_rate: int) -> None:
         self.input_rate = input_rate
-        self._resampler = StreamResampler(input_rate, self.format.sample_rate)
-        self._encoder: Encoder = make_encoder(self.format, opus_complexity=opus_complexity)
+        self._resampler = StreamResampler(input_rate, encoder.sample_rate)
+        self._encoder = encoder
         self._finished = False
+
+    @property
+    def cheap(self) -> bool:
+        """A chunk costs about what copying its samples does (no resampling, a
+        sample-by-sample encoding): cheaper than handing it to a worker thread
+        and back, so it is worth doing in place, on the event loop."""
+        return self._resampler.passthrough and self._encoder.cheap
 
     @property
     def content_type(self) -> str:
@@ -37,7 +46,7 @@ class OutputStage:
 
     @property
     def sample_rate(self) -> int:
-        return self.format.sample_rate
+        return self._encoder.sample_rate
 
     @property
     def samples_emitted(self) -> int:
@@ -46,11 +55,21 @@ class OutputStage:
 
     @property
     def audio_ms(self) -> int:
-        return self.samples_emitted * 1000 // self.format.sample_rate
+        return self.samples_emitted * 1000 // self.sample_rate
 
     @property
     def finished(self) -> bool:
         return self._finished
+
+    def feed(self, pcm: np.ndarray, *, drain: bool = False, final: bool = False) -> list[bytes]:
+        """One engine chunk: `push` its samples, then `drain` at a flush point or
+        `finish` at the context's end. Nothing once finished or closed."""
+        if self._finished:
+            return []
+        payloads = self.push(pcm) if len(pcm) else []
+        if final:
+            return payloads + self.finish()
+        return payloads + self.drain() if drain else payloads
 
     def push(self, pcm: np.ndarray) -> list[bytes]:
         """Feed float32 mono PCM in [-1, 1] at `input_rate`; return the payloads ready now."""
@@ -87,8 +106,16 @@ class OutputStage:
 def make_output(
     fmt: AudioFormat, input_rate: int, *, opus_complexity: int | None = None
 ) -> OutputStage:
-    """Build the output stage; raises AudioFormatError (a ValueError) naming a bad field."""
-    return OutputStage(fmt, input_rate, opus_complexity=opus_complexity)
+    """The stage for a WebSocket `output_format`; raises AudioFormatError (a
+    ValueError) naming a bad field."""
+    fmt = fmt.normalized()
+    return OutputStage(make_encoder(fmt, opus_complexity=opus_complexity), input_rate)
 
 
-__all__ = ["AudioFormat", "AudioFormatError", "OutputStage", "make_output"]
+def make_file_output(response_format: str, input_rate: int, sample_rate: int) -> OutputStage:
+    """The stage for one HTTP `response_format` file at `sample_rate`; raises
+    ValueError for a format or rate the file format does not allow."""
+    return OutputStage(make_file_encoder(response_format, sample_rate), input_rate)
+
+
+__all__ = ["AudioFormat", "AudioFormatError", "OutputStage", "make_file_output", "make_output"]

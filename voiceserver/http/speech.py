@@ -55,11 +55,11 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
+import numpy as np
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
@@ -74,8 +74,8 @@ from voiceserver.audio.containers import (
     MEDIA_TYPES,
     RESPONSE_FORMATS,
     SAMPLE_RATES,
-    FileStream,
 )
+from voiceserver.audio.pipeline import make_file_output
 from voiceserver.engine.client import Overloaded
 from voiceserver.engine.messages import AudioChunk
 from voiceserver.http.errors import (
@@ -94,11 +94,11 @@ from voiceserver.http.guard import (
 )
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
+from voiceserver.session.output import ContextOutput
 from voiceserver.session.utterance import Utterance, UtteranceError
 from voiceserver.transport.connection import abort_connection
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 STREAM_FORMATS = ("audio", "sse")
 TASK_TYPES = ("CustomVoice", "VoiceDesign", "Base")
@@ -106,6 +106,7 @@ SPEED_RANGE = (0.25, 4.0)
 MAX_BODY_BYTES = 16 << 20
 """Largest request body (vllm-omni caps reference audio at 10 MB)."""
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+_NO_AUDIO = np.zeros(0, np.float32)
 
 
 def runtime_of(request: Request) -> Runtime:
@@ -379,9 +380,10 @@ def _model_extras(fields: _Fields) -> dict[str, Any]:
 class SpeechStream:
     """One request's audio: an engine context whose PCM becomes one file's bytes.
 
-    Resampling and encoding run in ``rt.encode_pool``, one call at a time, never
-    on the event loop. ``close()`` frees the engine slot and the encoder at any
-    point (a client that went away); it is idempotent.
+    The file's output stage runs through a ContextOutput: in place for PCM and
+    WAV at the model's rate, in ``rt.encode_pool`` otherwise, one call at a time.
+    ``close()`` frees the engine slot and the encoder at any point (a client that
+    went away); it is idempotent.
     """
 
     def __init__(self, rt: Runtime, request: SpeechRequest, endpoint: str = "http") -> None:
@@ -389,11 +391,10 @@ class SpeechStream:
         self.request = request
         self.endpoint = endpoint
         self._samples_per_frame = rt.model.capabilities.samples_per_frame
-        self._file: FileStream | None = None
+        self._output: ContextOutput | None = None
         self._utterance: Utterance | None = None
         self._events: AsyncIterator[AudioChunk] | None = None
         self._first: AudioChunk | None = None
-        self._pending: Future[Any] | None = None
         self._closed = False
 
     @property
@@ -405,9 +406,13 @@ class SpeechStream:
         when the engine refuses the request."""
         request = self.request
         rate = self.rt.model.capabilities.sample_rate
-        self._file = await self._encode(
-            FileStream, request.response_format, rate, request.sample_rate
+        # Opening a codec and muxer (mp3, Ogg...) is codec work too: off the loop.
+        build = self.rt.encode_pool.submit(
+            make_file_output, request.response_format, rate, request.sample_rate
         )
+        self._output = ContextOutput(await asyncio.wrap_future(build), self.rt.encode_pool)
+        if self._closed:  # closed while the stage was being built
+            self._output.close()
         try:
             utterance = Utterance(self.rt, request.params, endpoint=self.endpoint)
         except Overloaded as exc:
@@ -431,15 +436,16 @@ class SpeechStream:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The file's bytes as they are encoded, ending with the file's end.
         Raises ApiError if the engine fails midway."""
-        assert self._events is not None and self._file is not None, "start() first"
-        file, chunk = self._file, self._first
+        assert self._events is not None and self._output is not None, "start() first"
+        output, chunk = self._output, self._first
         try:
             while chunk is not None:
-                data = await self._encode(file.push, chunk.pcm)
+                data = b"".join(await output.feed(chunk.pcm))
                 if data:
                     yield data
                 chunk = None if chunk.final else await anext(self._events, None)
-            tail = await self._encode(file.finish)
+            # The file's end in a piece of its own, as each chunk's bytes are one.
+            tail = b"".join(await output.feed(_NO_AUDIO, final=True))
         except UtteranceError as err:
             raise from_engine_failure(err.code, err.message, err.param) from None
         if tail:
@@ -458,24 +464,8 @@ class SpeechStream:
         self._closed = True
         if self._utterance is not None:
             self._utterance.cancel()  # no-op once the context finished
-        pending = self._pending
-        if pending is None:
-            self._submit_close()
-        else:  # the encoder is not thread-safe: close it after the call in flight
-            pending.add_done_callback(lambda _: self._submit_close())
-
-    def _submit_close(self) -> None:
-        file = self._file
-        if file is None:
-            return
-        try:
-            self.rt.encode_pool.submit(file.close)
-        except RuntimeError:  # pool shut down with the server
-            file.close()
-
-    async def _encode(self, fn: Callable[..., T], *args: Any) -> T:
-        self._pending = self.rt.encode_pool.submit(fn, *args)
-        return await asyncio.wrap_future(self._pending)
+        if self._output is not None:
+            self._output.close()
 
 
 async def synthesize(

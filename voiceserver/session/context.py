@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import dataclass, field
 
 from protocol.messages import ContextSettings
 from voiceserver.audio import OutputStage
 from voiceserver.engine.client import ContextHandle
 from voiceserver.metrics import RequestTracker
+from voiceserver.session.output import ContextOutput
 from voiceserver.text.segmenter import TextSegmenter
 from voiceserver.text.words import WordStreamer
 
@@ -21,6 +21,8 @@ class LiveContext:
     """The context on the engine's side."""
     settings: ContextSettings
     stage: OutputStage
+    output: ContextOutput
+    """Drives ``stage`` from the event loop: in place or in the encode pool."""
     segmenter: TextSegmenter | None
     """Sentence/clause segmentation, for models that need whole segments."""
     words: WordStreamer | None
@@ -35,8 +37,6 @@ class LiveContext:
     gone: bool = False
     """Cancelled or failed: drop whatever the engine still sends."""
     timer: asyncio.TimerHandle | None = None
-    stage_lock: threading.Lock = field(default_factory=threading.Lock)
-    """Orders encode and close of ``stage`` across encode-pool threads."""
 
     @property
     def cid(self) -> int:

@@ -2,8 +2,9 @@
 
 The transport feeds it client frames; it turns protocol events into engine
 inbox messages, and engine events into encoded frames in its outbox, which a
-single writer task sends in order. Resampling and encoding run in a thread
-pool, never on the event loop.
+single writer task sends in order. Each context's output stage runs in place
+when it is cheaper than a thread hop (PCM at the model's rate), else in the
+encode pool (``voiceserver.session.output``).
 
 A client that does not read is dropped, never waited for: every queued byte
 (audio and JSON) counts toward ``Limits.outbox_max_bytes``, and every send must
@@ -45,6 +46,7 @@ from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.context import LiveContext
 from voiceserver.session.outbox import Outbox
+from voiceserver.session.output import ContextOutput
 from voiceserver.session.peer import FAREWELL_S, Peer, PeerGone, say_farewell
 from voiceserver.text.segmenter import Segment, TextSegmenter
 from voiceserver.text.words import WordStreamer
@@ -204,7 +206,10 @@ class SpeechSession:
             self._reject(event, ProtocolError(ErrorCode.OVERLOADED, f"{exc}"))
             return
         tracker = self.rt.metrics.track("ws")
-        ctx = LiveContext(event.context_id, handle, settings, stage, segmenter, words, tracker)
+        output = ContextOutput(stage, self.rt.encode_pool)
+        ctx = LiveContext(
+            event.context_id, handle, settings, stage, output, segmenter, words, tracker
+        )
         self._contexts[ctx.context_id] = ctx
         self._by_cid[handle.cid] = ctx
         self._put_text(self.proto.context_created(ctx.context_id), ctx, opens=True)
@@ -318,7 +323,7 @@ class SpeechSession:
         ctx.handle.cancel()
         self._contexts.pop(ctx.context_id, None)
         self._by_cid.pop(ctx.cid, None)
-        self._loop.run_in_executor(self.rt.encode_pool, _close_stage, ctx)
+        ctx.output.close()
 
     # -- engine events (on the event loop) -----------------------------------
 
@@ -409,7 +414,9 @@ class SpeechSession:
         if ctx.gone:
             return
         try:
-            payloads = await self._loop.run_in_executor(self.rt.encode_pool, _encode, ctx, chunk)
+            payloads = await ctx.output.feed(
+                chunk.pcm, drain=bool(chunk.flush_ids), final=chunk.final
+            )
         except (ValueError, RuntimeError, OSError) as exc:
             # One context's encoder failing must not stop the session's writer.
             self._fail_context(ctx, exc)
@@ -543,25 +550,6 @@ class SpeechSession:
     @property
     def has_live_contexts(self) -> bool:
         return bool(self._contexts)
-
-
-def _encode(ctx: LiveContext, chunk: AudioChunk) -> list[bytes]:
-    # Pool threads may run a cancel's close and an in-flight encode of the same
-    # context at once; the stage lock orders them.
-    with ctx.stage_lock:
-        if ctx.gone or ctx.stage.finished:
-            return []
-        payloads = ctx.stage.push(chunk.pcm) if len(chunk.pcm) else []
-        if chunk.flush_ids and not chunk.final:
-            payloads += ctx.stage.drain()
-        if chunk.final:
-            payloads += ctx.stage.finish()
-        return payloads
-
-
-def _close_stage(ctx: LiveContext) -> None:
-    with ctx.stage_lock:
-        ctx.stage.close()
 
 
 def _format_fields(settings: ContextSettings) -> dict[str, Any]:

@@ -68,6 +68,7 @@ from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.engine.client import Overloaded
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
+from voiceserver.session.output import ContextOutput
 from voiceserver.session.peer import FAREWELL_S, PeerGone, say_farewell
 from voiceserver.session.utterance import Utterance, UtteranceError
 from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
@@ -197,10 +198,11 @@ def settings_from_config(rt: Runtime, cfg: VllmSessionConfig) -> CompatSettings:
 
 
 class SentenceEncoder:
-    """Model-rate float32 PCM of one sentence -> the bytes sent for it.
+    """Model-rate float32 PCM of one sentence -> the bytes sent for it (a
+    ``voiceserver.session.output.Stage``, so a ContextOutput runs it).
 
-    Streamed, ``feed`` returns what is ready; otherwise it returns nothing until the
-    final chunk, then the whole file. Runs in the encode pool (one thread at a time).
+    Streamed, ``feed`` returns what is ready, as one payload; otherwise it returns
+    nothing until the final chunk, then the whole file.
     """
 
     def __init__(self, spec: AudioSpec, input_rate: int) -> None:
@@ -209,7 +211,18 @@ class SentenceEncoder:
         self._body = bytearray()
         self._header_due = spec.stream and spec.response_format == "wav"
 
-    def feed(self, pcm: np.ndarray, final: bool) -> bytes:
+    @property
+    def cheap(self) -> bool:
+        # An mp3 or flac sentence is encoded whole at its end: that is codec work.
+        whole_file_codec = not self.spec.stream and self.spec.response_format in ("mp3", "flac")
+        return self._stage.cheap and not whole_file_codec
+
+    @property
+    def finished(self) -> bool:
+        return self._stage.finished
+
+    def feed(self, pcm: np.ndarray, *, drain: bool = False, final: bool = False) -> list[bytes]:
+        # A sentence has no flush points (input.done ends it): `drain` never comes.
         data = b"".join(self._stage.push(pcm))
         if final:
             data += b"".join(self._stage.finish())
@@ -217,9 +230,12 @@ class SentenceEncoder:
             if self._header_due and (data or final):
                 self._header_due = False
                 data = wav_header(self.spec.sample_rate) + data
-            return data
+            return [data] if data else []
         self._body += data
-        return self._file() if final else b""
+        return [self._file()] if final else []
+
+    def close(self) -> None:
+        self._stage.close()
 
     def _file(self) -> bytes:
         fmt, rate = self.spec.response_format, self.spec.sample_rate
@@ -250,7 +266,6 @@ class CompatSession:
         """Characters of queued sentences not spoken yet (bounded by max_text_chars)."""
         self._queued_bytes = 0
         """Bytes of queued replies not sent yet (bounded by outbox_max_bytes)."""
-        self._loop = asyncio.get_running_loop()
         self._worker: asyncio.Task[None] | None = None
         self._farewell: asyncio.Task[None] | None = None
         self.draining = False
@@ -514,7 +529,7 @@ class CompatSession:
         # Streamed pcm announces itself with its first audio, as vllm-omni does.
         if not describe:
             await send_start()
-        encoder = SentenceEncoder(spec, caps.sample_rate)
+        output = ContextOutput(SentenceEncoder(spec, caps.sample_rate), self.rt.encode_pool)
         total = 0
         failure: UtteranceError | None = None
         try:
@@ -525,9 +540,7 @@ class CompatSession:
                 utterance.append(job.text)
                 utterance.end()
                 async for chunk in utterance.events():
-                    data = await self._loop.run_in_executor(
-                        self.rt.encode_pool, encoder.feed, chunk.pcm, chunk.final
-                    )
+                    data = b"".join(await output.feed(chunk.pcm, final=chunk.final))
                     if data:
                         await send_start()
                         await self._send_bytes(data)
@@ -537,6 +550,8 @@ class CompatSession:
         except Overloaded as exc:
             self.rt.metrics.error(ENDPOINT, "overloaded")
             failure = UtteranceError("overloaded", str(exc))
+        finally:
+            output.close()  # frees the encoder of a sentence that did not finish
         await send_start()
         if failure is not None:
             partial = total > 0

@@ -19,6 +19,9 @@ class Encoder(Protocol):
 
     content_type: str
     sample_rate: int
+    cheap: bool
+    """Encoding costs about what copying the samples does (numpy, or a
+    sample-by-sample codec): less than a hop to a worker thread and back."""
 
     @property
     def samples_emitted(self) -> int: ...

@@ -37,6 +37,8 @@ class MuxedEncoder:
     """Subclasses open ``self._sink`` as a container, add the stream, then call ``_start``."""
 
     sample_rate: int
+    cheap = False
+    """A codec and a muxer: worth a worker thread."""
     needs_audio = False
     """Emit one frame of silence for an empty stream (a format with no packet is invalid)."""
 

@@ -45,6 +45,10 @@ class PcmEncoder:
     `encode` call returns one payload with all it was given.
     """
 
+    # A few vector operations per chunk (G.711: one stateless FFmpeg call), measured
+    # at 15-30 us for 80 ms of 24 kHz audio against ~50 us for an empty thread hop.
+    cheap = True
+
     def __init__(self, encoding: str, sample_rate: int, frame_ms: int | None = None) -> None:
         if encoding not in _CONTENT_TYPES:
             raise ValueError(f"not a PCM encoding: {encoding!r}")
