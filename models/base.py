@@ -12,7 +12,8 @@ A model is two stages the engine drives, batched over contexts:
   never on the engine thread or the event loop. Per-slot state (KV caches,
   sampling settings, pending text) lives inside the runner, indexed by slot.
 - ``Vocoder``: frames -> waveform, in chunks, batched over contexts; a context's
-  decoder conditioning goes in through ``new_stream(conditioning)``.
+  decoder conditioning goes in through ``new_stream(conditioning)``, and
+  ``close_stream`` gives a finished context's decoder state back.
 
 The server never imports a family directly: ``models.registry`` maps a family
 name to an import string, and the engine only sees these interfaces. Nothing
@@ -354,6 +355,10 @@ class Vocoder(ABC):
         """Per-context decoder state (conv histories...), or None if stateless.
         ``conditioning`` is the context's ``Prepared.conditioning``: a family's
         decoder may be primed with it here (a clone's reference codes)."""
+
+    def close_stream(self, stream: Any) -> None:  # noqa: B027 (optional: most hold nothing)
+        """``stream`` (a :meth:`new_stream` result) is done and is never decoded
+        again: a family that pools decoder state frees its share here."""
 
     @abstractmethod
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:

@@ -101,7 +101,8 @@ def grouped_attention(
         rows, s = mask.shape[0], mask.shape[-1]
         mask = mask[:, :, None].expand(rows, 1, groups, t, s).reshape(rows, 1, groups * t, s)
     out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask)
-    return out.view(b, h, t, d)
+    # CUDA kernels may hand the output back [B, T, H, D]-strided: reshape, not view.
+    return out.reshape(b, h, t, d)
 
 
 class MLP(nn.Module):

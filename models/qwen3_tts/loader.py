@@ -110,18 +110,18 @@ def kv_slots(
     fits = int(free * options.kv_memory_fraction) // per_slot
     if fits < 1:
         raise ValueError(
-            f"one KV slot needs {per_slot / 2**20:.0f} MiB and "
+            f"one KV slot needs {per_slot / 2**20:.1f} MiB and "
             f"{options.kv_memory_fraction:g} of the {free / 2**30:.1f} GiB free holds none: "
             "lower model.kv_capacity or raise model.kv_memory_fraction"
         )
     if fits < options.max_contexts:
         log.warning(
-            "%d KV slots fit in %.0f%% of the %.1f GiB free (%d MiB each); "
+            "%d KV slots fit in %.0f%% of the %.1f GiB free (%.1f MiB each); "
             "model.max_contexts asked for %d",
             fits,
             100 * options.kv_memory_fraction,
             free / 2**30,
-            per_slot // 2**20,
+            per_slot / 2**20,
             options.max_contexts,
         )
     return min(options.max_contexts, fits)
@@ -190,7 +190,11 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     )
     assert weights.talker is not None
     vocoder = Qwen3Vocoder(
-        st_weights.decoder, st_cfg.output_sample_rate, st_cfg.decode_upsample_rate
+        st_weights.decoder,
+        st_cfg.output_sample_rate,
+        st_cfg.decode_upsample_rate,
+        # Room for the streams expected at once; the pool doubles past it.
+        rows=min(settings.max_contexts, 256),
     )
     runner = Qwen3Runner(
         cfg, weights.talker, tokenizer, voices, capabilities, settings, prime=vocoder.primed

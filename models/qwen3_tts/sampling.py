@@ -59,8 +59,18 @@ def uniform(
     steps = torch.arange(count, device=keys.device)
     row = hash32(keys[:, None] ^ hash32(draws[:, None] + steps[None, :] + _GOLDEN))
     x = (row[:, :, None] ^ vocab_hash) * _MIX & _M32
-    x = ((x >> 16) ^ x) >> 8  # 24 bits: exact in float32
-    return (x.to(torch.float32) + 0.5) / 16777216.0
+    return open_unit(((x >> 16) ^ x) >> (32 - UNIT_BITS))
+
+
+UNIT_BITS = 23
+"""Random bits per uniform draw: ``bits + 0.5`` is exact in float32 for these."""
+
+
+def open_unit(bits: torch.Tensor) -> torch.Tensor:
+    """Integers in [0, 2**UNIT_BITS) -> float32 strictly inside (0, 1). Never 1.0: a
+    draw of 1 makes the Gumbel noise infinite, and a masked (-inf) id then scores
+    NaN, which argmax picks; with 24 bits the top value rounded up to 1.0."""
+    return (bits.to(torch.float32) + 0.5) / float(1 << UNIT_BITS)
 
 
 def vocab_hash(size: int, device: torch.device) -> torch.Tensor:

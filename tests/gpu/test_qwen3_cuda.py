@@ -5,6 +5,7 @@ Runs only where a GPU is present (the lent H200); CI has none.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,8 @@ def test_kv_slots_are_sized_from_free_memory(checkpoint: Path) -> None:
     """``max_contexts`` is an upper bound: on a GPU only the slots that
     ``kv_memory_fraction`` of the free memory holds are made, and a capacity that
     leaves room for none is refused with what to change."""
+    gc.collect()  # earlier tests' models: their memory is free before this one loads
+    torch.cuda.empty_cache()
     free_before, _ = torch.cuda.mem_get_info()
     options = {"device": "cuda", "dtype": "bfloat16", "kv_capacity": 2048}
     model = load({**options, "max_contexts": 100_000, "kv_memory_fraction": 0.05}, checkpoint)

@@ -62,11 +62,17 @@ class VocoderLoop:
         self.first_emit[stream] = np.nan
         self.emitted_s[stream] = 0.0
         self.lead[stream] = self.config.max_lead_s if max_lead_s is None else max_lead_s
+        self._close(stream)
         self.state[stream] = self.vocoder.new_stream(conditioning)
 
     def drop(self, stream: int) -> None:
         self.active[stream] = False
-        self.state[stream] = None
+        self._close(stream)
+
+    def _close(self, stream: int) -> None:
+        if self.state[stream] is not None:
+            self.vocoder.close_stream(self.state[stream])
+            self.state[stream] = None
 
     def keep_from(self, streams: np.ndarray) -> np.ndarray:
         """Oldest frame each stream's decoder may still read."""

@@ -178,3 +178,31 @@ def test_the_ring_never_loses_a_frame_the_decoder_needs() -> None:
     step(loop)
     # 8 frames decoded, 4 of them still kept as the next chunk's left context.
     assert ring.room(np.array([0]), loop.keep_from(np.array([0])))[0] == 56 + 4
+
+
+class ClosingVocoder(WindowVocoder):
+    """Records the streams given back."""
+
+    def __init__(self) -> None:
+        super().__init__(right=0)
+        self.closed: list[Any] = []
+
+    def close_stream(self, stream: Any) -> None:
+        self.closed.append(stream)
+
+
+def test_dropped_or_reopened_stream_is_closed_once() -> None:
+    voc = ClosingVocoder()
+    loop, ring = make(voc)
+    loop.open(1, "a")
+    loop.open(2, None)  # stateless: nothing to close
+    loop.drop(1)
+    loop.drop(1)
+    loop.drop(2)
+    assert voc.closed == ["a"]
+    loop.open(1, "b")
+    loop.open(1, "c")  # reopened without a drop: its old state goes back first
+    assert voc.closed == ["a", "b"]
+    push(ring, 1, np.ones((2, 1), np.float32))
+    assert voc.calls == [] and len(step(loop)[1]) == 10
+    assert voc.calls == [[("c", 1)]]
