@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 from models.qwen3_tts.config import DecoderConfig
 from models.qwen3_tts.layers import MLP, RMSNorm, rope_cos_sin, rope_inv_freq, rotate_half
+from models.upload import upload
 
 # -- streaming state -------------------------------------------------------------
 
@@ -57,7 +58,7 @@ class DecoderState:
 
     def reset(self, rows: np.ndarray) -> None:
         """Make ``rows`` fresh streams."""
-        index = torch.from_numpy(np.asarray(rows, np.int64)).to(self.device)
+        index = upload(rows, self.device)
         for buf in self.buffers.values():
             buf.index_fill_(0, index, 0)
         self.position[rows] = 0
@@ -77,7 +78,7 @@ class _Rows:
     def __init__(self, state: DecoderState, rows: np.ndarray) -> None:
         self.state = state
         self.rows = rows
-        self.index = torch.from_numpy(rows).to(state.device)
+        self.index = upload(rows, state.device)
 
     def read(self, key: int) -> torch.Tensor:
         return self.state.buffers[key].index_select(0, self.index)
@@ -276,8 +277,8 @@ class PreTransformer(nn.Module):
         dev = x.device
         start_host = state.state.position[state.rows]
         cached_host = state.state.cached[state.rows]
-        starts = torch.from_numpy(start_host).to(dev)
-        cached = torch.from_numpy(cached_host).to(dev)
+        starts = upload(start_host, dev)
+        cached = upload(cached_host, dev)
         positions = starts[:, None] + torch.arange(t, device=dev)[None]
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
         cos, sin = cos[:, None], sin[:, None]
@@ -421,10 +422,10 @@ class Code2Wav(nn.Module):
         if codes.min() < 0 or codes.max() >= self.cfg.codebook_size:
             raise ValueError(f"codes must be in [0, {self.cfg.codebook_size})")
         weight = self.pre_conv.conv.weight
-        lengths = torch.from_numpy(counts).to(weight.device)
+        lengths = upload(counts, weight.device)
         batch = _Rows(state, np.asarray(rows, np.int64))
 
-        x = self.quantizer.decode(torch.from_numpy(codes).to(weight.device)).to(weight.dtype)
+        x = self.quantizer.decode(upload(codes, weight.device)).to(weight.dtype)
         x = self.pre_conv.step(x, lengths, batch)
         x = self.pre_transformer.step(x.transpose(1, 2), lengths, counts, batch).transpose(1, 2)
         hop = 1

@@ -75,32 +75,43 @@ class Attention(nn.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
         """q [B, H, T, D] against k/v [B, KVH, S, D] (views of a cache are fine: only the
-        last dim must be contiguous). mask: bool [B, 1, T, S] (True = attend), or None
-        for causal attention of the T queries as the last T of the S positions."""
+        last dim must be contiguous). ``bias``: from :func:`attention_bias`, or None for
+        causal attention of the T queries as the last T of the S positions."""
         t, s = q.shape[2], k.shape[2]
-        if mask is None and t > 1:
-            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)[None, None]
-        out = grouped_attention(q, k, v, mask)
+        if bias is None and t > 1:
+            causal = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)[None]
+            bias = attention_bias(causal, q.shape[1] // k.shape[1], q.dtype)
+        out = grouped_attention(q, k, v, bias)
         b = out.shape[0]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
+def attention_bias(allowed: torch.Tensor, groups: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask :func:`grouped_attention` takes, from ``allowed`` bool [B, T, S]
+    (True = attend): [B, 1, groups * T, S], 0 or -inf, in the queries' dtype. Build it
+    once per forward: every layer then passes it to the attention kernel as it is (a
+    bool mask, or a row stride the fused kernels cannot read, is converted or copied
+    again in every layer). Rows are padded to 16 elements for that reason."""
+    b, t, s = allowed.shape
+    padded = -(-s // 16) * 16
+    bias = torch.full((b, 1, groups, t, padded), float("-inf"), dtype=dtype, device=allowed.device)
+    bias[..., :s].masked_fill_(allowed[:, None, None], 0.0)
+    return bias.view(b, 1, groups * t, padded)[..., :s]
+
+
 def grouped_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """Grouped-query attention without copying keys/values per query head: the query
-    heads sharing a kv head are folded into the query length. Returns [B, H, T, D]."""
+    heads sharing a kv head are folded into the query length (``bias`` is folded the
+    same way by :func:`attention_bias`). Returns [B, H, T, D]."""
     b, h, t, d = q.shape
     kv_heads = k.shape[1]
-    groups = h // kv_heads
-    folded = q.reshape(b, kv_heads, groups * t, d)
-    if mask is not None and groups > 1:
-        rows, s = mask.shape[0], mask.shape[-1]
-        mask = mask[:, :, None].expand(rows, 1, groups, t, s).reshape(rows, 1, groups * t, s)
-    out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask)
+    folded = q.reshape(b, kv_heads, (h // kv_heads) * t, d)
+    out = F.scaled_dot_product_attention(folded, k, v, attn_mask=bias)
     # CUDA kernels may hand the output back [B, T, H, D]-strided: reshape, not view.
     return out.reshape(b, h, t, d)
 

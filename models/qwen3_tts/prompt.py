@@ -14,6 +14,7 @@ import torch
 
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.talker import Talker
+from models.upload import upload
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,14 @@ class PromptBuilder:
         self.codec_bos_id = t.codec_bos_id
 
     def _codec(self, ids: list[int]) -> torch.Tensor:
-        return self.talker.codec_embed(torch.tensor(ids, device=self.device))
+        return self.talker.codec_embed(upload(ids, self.device))
 
     def _text(self, ids: list[int]) -> torch.Tensor:
-        return self.talker.text_embed(torch.tensor(ids, device=self.device, dtype=torch.long))
+        return self.talker.text_embed(upload(ids, self.device))
 
-    def text_rows(self, ids: list[int]) -> torch.Tensor:
-        return self._text(ids)
+    def text_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Text-track rows of token ids already on the device: [len(ids), H]."""
+        return self.talker.text_embed(ids)
 
     @torch.no_grad()
     def head(self, spec: PromptSpec) -> torch.Tensor:

@@ -49,6 +49,7 @@ from models.qwen3_tts.talker import Talker
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoicePrompt
 from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
+from models.upload import upload
 
 MIN_NEW_TOKENS = 2
 _SUBTALKER_KEY = 0x5BD1E995
@@ -87,6 +88,10 @@ class Qwen3Prepared(Prepared):
     max_frames: int = 0
     key: int = 0
     """The context's random key: its seed's, or a fresh one."""
+
+
+_PAD_ROW, _EOS_ROW = -1, -2
+"""Text-track items of a batch that are not token ids."""
 
 
 class Qwen3Runner(ModelRunner):
@@ -290,10 +295,10 @@ class Qwen3Runner(ModelRunner):
         dev = self.device
         emb = None
         if prepared.speaker_embedding is not None:
-            emb = torch.as_tensor(prepared.speaker_embedding, dtype=self.dtype, device=dev)
+            emb = upload(prepared.speaker_embedding, dev, self.dtype)
         codes = None
         if prepared.ref_codes is not None:
-            codes = torch.as_tensor(prepared.ref_codes, dtype=torch.long, device=dev)
+            codes = upload(prepared.ref_codes, dev)
         spec = PromptSpec(
             instruct_ids=prepared.instruct_ids,
             language_id=prepared.language_id,
@@ -388,8 +393,8 @@ class Qwen3Runner(ModelRunner):
                 last.append(row)
         if not done:
             return None
-        picked = torch.tensor(last, device=self.device)
-        ends = torch.tensor([counts[row] - 1 for row in last], device=self.device)
+        picked = upload(last, self.device)
+        ends = upload([counts[row] - 1 for row in last], self.device)
         return done, hidden[picked, ends]
 
     def _prompt_rows(self, ctx: Qwen3Context) -> tuple[torch.Tensor, bool] | None:
@@ -421,20 +426,28 @@ class Qwen3Runner(ModelRunner):
         return torch.cat(rows), complete
 
     def _track_row(self, ctx: Qwen3Context) -> torch.Tensor:
-        item = ctx.next_track()
-        if item == "eos":
-            return self.prompts.tts_eos
-        if item == "pad":
-            return self.prompts.tts_pad
-        return self.prompts.text_rows([int(item)])[0]
+        return self._track_rows([ctx])[0]
+
+    def _track_rows(self, contexts: list[Qwen3Context]) -> torch.Tensor:
+        """Each context's next text-track row, [B, H], in one batch whatever each holds."""
+        items = [c.next_track() for c in contexts]
+        pad = self.prompts.tts_pad
+        if all(item == "pad" for item in items):
+            return pad.expand(len(items), -1)
+        ids = upload(
+            [_EOS_ROW if i == "eos" else _PAD_ROW if i == "pad" else i for i in items], self.device
+        )
+        text = self.prompts.text_rows(ids.clamp(min=0))
+        rows = torch.where((ids == _PAD_ROW)[:, None], pad, text)
+        return torch.where((ids == _EOS_ROW)[:, None], self.prompts.tts_eos, rows)
 
     def _predict(self, contexts: list[Qwen3Context]) -> torch.Tensor | None:
         """The residual codes of every context holding a code 0: frames [B, groups]."""
         if not contexts:
             return None
-        code0 = torch.tensor([c.pending_code0 for c in contexts], device=self.device)
+        code0 = upload([c.pending_code0 for c in contexts], self.device)
         hidden = torch.stack([c.last_hidden for c in contexts])  # type: ignore[misc]
-        slots = torch.tensor([c.slot for c in contexts], device=self.device)
+        slots = upload([c.slot for c in contexts], self.device)
         vocab = self.cfg.talker.predictor_vocab_size
         groups = self.cfg.talker.num_code_groups - 1
         rows = RowSettings.of(
@@ -476,7 +489,8 @@ class Qwen3Runner(ModelRunner):
         live = [c for c in contexts if c.phase is not Phase.DONE]
         if not live:
             return None
-        embeds = torch.stack([c.pending_frame + self._track_row(c) for c in live])[:, None]  # type: ignore[operator]
+        frames = torch.stack([c.pending_frame for c in live])  # type: ignore[misc]
+        embeds = (frames + self._track_rows(live))[:, None]
         slots = [c.slot for c in live]
         starts = [c.position for c in live]
         hidden = self.talker(embeds, self.cache, slots, starts)[:, 0]
@@ -489,11 +503,11 @@ class Qwen3Runner(ModelRunner):
         """Code 0 for each context from its last talker hidden state [B, H], on the device."""
         for row, ctx in enumerate(contexts):
             ctx.last_hidden = hidden[row]
-        slots = torch.tensor([c.slot for c in contexts], device=self.device)
+        slots = upload([c.slot for c in contexts], self.device)
         logits = self.talker.logits(hidden)
         scores = penalize(logits, self._seen[slots], self._penalty[slots])
         scores = scores.masked_fill(self.suppress, float("-inf"))
-        early = torch.tensor([c.generated < MIN_NEW_TOKENS for c in contexts], device=self.device)
+        early = upload([c.generated < MIN_NEW_TOKENS for c in contexts], self.device, torch.bool)
         eos = self.cfg.talker.codec_eos_id
         scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
         rows = RowSettings.of(

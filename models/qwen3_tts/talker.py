@@ -15,7 +15,8 @@ from torch.nn import functional as F
 from models.qwen3_tts.code_predictor import CodePredictor
 from models.qwen3_tts.config import TalkerConfig
 from models.qwen3_tts.kv_cache import SlotKVCache
-from models.qwen3_tts.layers import Stack, grouped_attention, rope_cos_sin
+from models.qwen3_tts.layers import Stack, attention_bias, grouped_attention, rope_cos_sin
+from models.upload import upload
 
 
 class TalkerModel(Stack):
@@ -88,12 +89,16 @@ class Talker(nn.Module):
         # Slots of the range outside the batch get position 0: finite, unused output.
         spanned = np.zeros((end - first, t), np.int64)
         spanned[host_slots - first] = positions
-        slot_ids = torch.from_numpy(host_slots).to(dev)
+        slot_ids = upload(host_slots, dev)
+        # Slots packed in batch order (the usual decode step): the batch is the range.
+        packed = end - first == b and bool((np.diff(host_slots) == 1).all())
         rows = slot_ids - first
-        where = torch.from_numpy(np.where(padding, cache.capacity, positions)).to(dev)
-        position_ids = torch.from_numpy(positions).to(dev)
+        where = upload(np.where(padding, cache.capacity, positions), dev)
+        position_ids = upload(positions, dev)
         keys = torch.arange(length, device=dev)
-        mask = (keys <= torch.from_numpy(spanned).to(dev)[:, :, None])[:, None]
+        allowed = keys <= upload(spanned, dev)[:, :, None]
+        stack = self.model.layers[0].self_attn
+        bias = attention_bias(allowed, stack.num_heads // stack.num_kv_heads, embeds.dtype)
         cos, sin = rope_cos_sin(self.model.inv_freq, position_ids, embeds.dtype)
         x = embeds
         for i, layer in enumerate(self.model.layers):
@@ -101,9 +106,12 @@ class Talker(nn.Module):
             q, k, v = attn.project(layer.input_layernorm(x), cos, sin)
             cache.write(i, slot_ids, where, k, v)
             k_all, v_all = cache.view(i, first, end, length)
-            spread = q.new_zeros((end - first, *q.shape[1:]))
-            spread[rows] = q
-            out = grouped_attention(spread, k_all, v_all, mask)[rows]
+            if packed:
+                out = grouped_attention(q, k_all, v_all, bias)
+            else:
+                spread = q.new_zeros((end - first, *q.shape[1:]))
+                spread[rows] = q
+                out = grouped_attention(spread, k_all, v_all, bias)[rows]
             x = x + attn.o_proj(out.transpose(1, 2).reshape(b, t, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.model.norm(x)
