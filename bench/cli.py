@@ -33,14 +33,19 @@ def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def add_speech_arguments(
-    parser: argparse.ArgumentParser, *, warmup_help: str, timeout_s: float
+    parser: argparse.ArgumentParser,
+    *,
+    warmup_help: str,
+    timeout_s: float,
+    tokens_per_s: float = 0.0,
 ) -> None:
     """How each request speaks: pacing, voice, rate, warm-up and timeout."""
+    pace = f"{tokens_per_s:g}" if tokens_per_s else "0: as fast as possible"
     parser.add_argument(
         "--tokens-per-s",
         type=float,
-        default=0.0,
-        help="word pieces per second per session, like an LLM (default 0: as fast as possible)",
+        default=tokens_per_s,
+        help=f"word pieces per second per session, like an LLM (default {pace})",
     )
     parser.add_argument("--voice", default=None, help="voice (default: the model's)")
     parser.add_argument(

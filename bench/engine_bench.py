@@ -26,9 +26,14 @@ from typing import Any
 
 import yaml
 
-from models.base import SynthParams
+from models.base import LoadedModel, SynthParams
 from models.registry import resolve
-from voiceserver.config import config_for_checkpoint, load_model_config, with_checkpoint
+from voiceserver.config import (
+    ModelConfig,
+    config_for_checkpoint,
+    load_model_config,
+    with_checkpoint,
+)
 from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineCore
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
@@ -92,10 +97,8 @@ async def run_level(
     }
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """The options that pick and configure the model, shared by the engine benchmarks."""
     parser.add_argument(
         "--config", default=None, help="model config name or YAML (default: from --model)"
     )
@@ -105,12 +108,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--extra", action="append", default=[], help="per-request setting KEY=VALUE"
     )
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--text", default=TEXT)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
 
+
+@dataclasses.dataclass(frozen=True)
+class BenchModel:
+    config: ModelConfig
+    model: LoadedModel
+    options: dict[str, Any]
+    extra: dict[str, Any]
+    params: SynthParams
+    """The request every context of the benchmark makes (checked by the runner)."""
+    load_s: float
+
+
+def load_model(args: argparse.Namespace) -> BenchModel:
+    """The model :func:`add_model_args` describes, loaded, and the request to make."""
     options = {k: yaml.safe_load(v) for k, _, v in (o.partition("=") for o in args.option)}
     extra = {k: yaml.safe_load(v) for k, _, v in (o.partition("=") for o in args.extra)}
     if args.config is None and args.model is not None:
@@ -121,15 +133,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t = time.perf_counter()
     model = resolve(config.family)(config.model, config.checkpoint)
     load_s = time.perf_counter() - t
-    # Every context of a level runs, whatever the measured load: this measures the device.
-    engine_config = dataclasses.replace(config.engine, admission_load=0.0)
-    engine = EngineCore(model, engine_config)
-    engine.start()
     caps = model.capabilities
     params = SynthParams(
         voice=args.voice or caps.default_voice, language=caps.languages[0], extra=extra
     )
     model.runner.validate(params)
+    return BenchModel(config, model, options, extra, params, load_s)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_model_args(parser)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--text", default=TEXT)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    bench = load_model(args)
+    config, model, options, extra = bench.config, bench.model, bench.options, bench.extra
+    # Every context of a level runs, whatever the measured load: this measures the device.
+    engine_config = dataclasses.replace(config.engine, admission_load=0.0)
+    engine = EngineCore(model, engine_config)
+    engine.start()
+    params = bench.params
     try:
         levels = asyncio.run(_levels(engine, params, args))
     finally:
@@ -139,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "family": config.family,
         "options": options,
         "extra": extra,
-        "load_s": load_s,
+        "load_s": bench.load_s,
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
         "levels": levels,
     }

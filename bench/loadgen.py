@@ -19,19 +19,16 @@ from typing import Any
 
 from tqdm import tqdm
 from voiceclient import VoiceClient, VoiceServerError
-from voiceclient.server_info import list_models
 
 from bench.cli import add_report_arguments, add_speech_arguments, add_target_arguments
 from bench.measure import RequestResult
 from bench.report import format_table, machine_info, write_json, write_plot
-from bench.request import RequestSpec, failed_request, run_request
+from bench.request import RequestSpec, failed_request, run_request, spec_for_server
 from bench.spawn import spawn_server
 from bench.stats import LevelResult
 from bench.texts import FIRST_CLAUSE_WORDS, SENTENCES, text_for
-from protocol.messages import PCM_SAMPLE_RATES
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-FALLBACK_SAMPLE_RATE = 24000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,22 +138,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     machine = machine_info()
     out: Path = args.out or RESULTS_DIR / f"loadgen-{datetime.now():%Y%m%d-%H%M%S}.json"
     with _target(args) as url:
-        try:
-            models = list_models(url, args.api_key)
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"note: could not read {url} /v1/models ({exc})", file=sys.stderr)
-            models = []
-        model = models[0] if models else None
-        rate = args.sample_rate
-        if rate is None:
-            native = model.sample_rate if model is not None else None
-            rate = native if native in PCM_SAMPLE_RATES else FALLBACK_SAMPLE_RATE
-        spec = RequestSpec(
-            sample_rate=rate,
-            voice=args.voice,
-            tokens_per_s=args.tokens_per_s,
-            timeout_s=args.timeout,
-        )
+        model, spec = spec_for_server(url, args)
         origin = time.monotonic()
         levels = asyncio.run(run_all(url, args.api_key, spec, args))
     report: dict[str, Any] = {
@@ -173,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ],
             "tokens_per_s": args.tokens_per_s,
             "voice": args.voice,
-            "sample_rate": rate,
+            "sample_rate": spec.sample_rate,
             "encoding": "pcm_s16le",
             "first_clause_words": FIRST_CLAUSE_WORDS,
             "texts": len(SENTENCES),

@@ -26,18 +26,17 @@ from typing import Any
 import websockets
 from voiceclient import VoiceClient, VoiceServerError
 from voiceclient.errors import VoiceConnectionError
-from voiceclient.server_info import get_json, http_base, list_models
+from voiceclient.server_info import get_json, http_base
 
-from bench.cli import add_report_arguments
-from bench.loadgen import FALLBACK_SAMPLE_RATE, RESULTS_DIR
+from bench.cli import add_report_arguments, add_speech_arguments
+from bench.loadgen import RESULTS_DIR
 from bench.measure import Arrival, RequestResult, count_underruns
 from bench.report import machine_info, write_json
-from bench.request import RequestSpec, run_request
+from bench.request import RequestSpec, run_request, spec_for_server
 from bench.spawn import spawn_server
 from bench.stats import summarize
 from bench.texts import FIRST_CLAUSE_WORDS, SENTENCES, text_for
 from protocol.errors import CloseCode, ErrorCode
-from protocol.messages import PCM_SAMPLE_RATES
 
 DEFAULT_SPAWN = "tiny"
 DEFAULT_SLOTS = 8
@@ -103,25 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=300,
         help="words per session's text, whole built-in sentences (default 300)",
     )
-    parser.add_argument(
-        "--tokens-per-s",
-        type=float,
-        default=20.0,
-        help="word pieces per second per session, like an LLM (default 20)",
-    )
-    parser.add_argument("--voice", default=None, help="voice (default: the model's)")
-    parser.add_argument(
-        "--sample-rate",
-        type=int,
-        choices=PCM_SAMPLE_RATES,
-        default=None,
-        help="output rate (default: the model's own, so the server does not resample)",
-    )
-    parser.add_argument(
-        "--warmup", type=int, default=1, help="unmeasured requests before the ramp (default 1)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds per session (default 120)"
+    add_speech_arguments(
+        parser,
+        warmup_help="unmeasured requests before the ramp (default 1)",
+        timeout_s=120.0,
+        tokens_per_s=20.0,
     )
     parser.add_argument(
         "--prebuffer-ms",
@@ -821,22 +806,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     machine = machine_info()
     out: Path = args.out or RESULTS_DIR / f"overload-{datetime.now():%Y%m%d-%H%M%S}.json"
     with _target(args) as (url, log_path):
-        try:
-            models = list_models(url, args.api_key)
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"note: could not read {url} /v1/models ({exc})", file=sys.stderr)
-            models = []
-        model = models[0] if models else None
-        rate = args.sample_rate
-        if rate is None:
-            native = model.sample_rate if model is not None else None
-            rate = native if native in PCM_SAMPLE_RATES else FALLBACK_SAMPLE_RATE
-        spec = RequestSpec(
-            sample_rate=rate,
-            voice=args.voice,
-            tokens_per_s=args.tokens_per_s,
-            timeout_s=args.timeout,
-        )
+        model, spec = spec_for_server(url, args)
 
         async def main_task() -> Overload:
             state = Overload(args, url, spec, args.slots)
@@ -864,7 +834,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "words": args.words,
             "tokens_per_s": args.tokens_per_s,
             "voice": args.voice,
-            "sample_rate": rate,
+            "sample_rate": spec.sample_rate,
             "encoding": "pcm_s16le",
             "first_clause_words": FIRST_CLAUSE_WORDS,
             "texts": len(SENTENCES),

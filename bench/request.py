@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import sys
 import time
 from dataclasses import dataclass
 
 from voiceclient import VoiceClient, VoiceContext, VoiceServerError
+from voiceclient.server_info import ModelInfo, list_models
 
 from bench.measure import Arrival, RequestResult, count_underruns
 from bench.texts import FIRST_CLAUSE_WORDS, text_for, word_pieces
-from protocol.messages import OutputFormat
+from protocol.messages import PCM_SAMPLE_RATES, OutputFormat
 
 BYTES_PER_SAMPLE = 2  # the bench always asks for pcm_s16le
+FALLBACK_SAMPLE_RATE = 24000
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,28 @@ class RequestSpec:
     @property
     def output_format(self) -> OutputFormat:
         return OutputFormat(encoding="pcm_s16le", sample_rate=self.sample_rate)
+
+
+def spec_for_server(url: str, args: argparse.Namespace) -> tuple[ModelInfo | None, RequestSpec]:
+    """The server's first model (None when ``/v1/models`` cannot be read) and how every
+    request of a run is sent: at the model's own rate unless ``--sample-rate`` says."""
+    try:
+        models = list_models(url, args.api_key)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"note: could not read {url} /v1/models ({exc})", file=sys.stderr)
+        models = []
+    model = models[0] if models else None
+    rate = args.sample_rate
+    if rate is None:
+        native = model.sample_rate if model is not None else None
+        rate = native if native in PCM_SAMPLE_RATES else FALLBACK_SAMPLE_RATE
+    spec = RequestSpec(
+        sample_rate=rate,
+        voice=args.voice,
+        tokens_per_s=args.tokens_per_s,
+        timeout_s=args.timeout,
+    )
+    return model, spec
 
 
 async def run_request(

@@ -24,14 +24,14 @@ from typing import Any
 
 from voiceclient import VoiceClient, VoiceServerError
 from voiceclient.errors import VoiceConnectionError
-from voiceclient.server_info import get_json, http_base, list_models
+from voiceclient.server_info import get_json, http_base
 
 from bench.cli import add_report_arguments, add_speech_arguments, add_target_arguments
-from bench.loadgen import FALLBACK_SAMPLE_RATE, RESULTS_DIR
+from bench.loadgen import RESULTS_DIR
 from bench.measure import RequestResult
 from bench.procstat import ProcSample, open_files_limit, raise_open_files_limit, read_proc
 from bench.report import machine_info, write_json
-from bench.request import RequestSpec, failed_request, run_request
+from bench.request import RequestSpec, failed_request, run_request, spec_for_server
 from bench.soak_report import (
     fit_line,
     format_summary,
@@ -43,7 +43,6 @@ from bench.soak_report import (
 from bench.spawn import spawn_server
 from bench.stats import summarize
 from bench.texts import FIRST_CLAUSE_WORDS, SENTENCES, text_for
-from protocol.messages import PCM_SAMPLE_RATES
 
 # Descriptors a process needs besides the sockets: libraries, model files, logs, pipes.
 FD_HEADROOM = 256
@@ -657,22 +656,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"bench.soak: the server (pid {pid}) may open only {server_nofile} files, "
                 f"fewer than --idle {args.idle} sockets"
             )
-        try:
-            models = list_models(url, args.api_key)
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"note: could not read {url} /v1/models ({exc})", file=sys.stderr)
-            models = []
-        model = models[0] if models else None
-        rate = args.sample_rate
-        if rate is None:
-            native = model.sample_rate if model is not None else None
-            rate = native if native in PCM_SAMPLE_RATES else FALLBACK_SAMPLE_RATE
-        spec = RequestSpec(
-            sample_rate=rate,
-            voice=args.voice,
-            tokens_per_s=args.tokens_per_s,
-            timeout_s=args.timeout,
-        )
+        model, spec = spec_for_server(url, args)
 
         async def main_task() -> Soak:
             state = Soak(args, url, spec, pid, process)
@@ -699,7 +683,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tokens_per_s": args.tokens_per_s,
             "pause_s": args.pause_s,
             "voice": args.voice,
-            "sample_rate": rate,
+            "sample_rate": spec.sample_rate,
             "encoding": "pcm_s16le",
             "first_clause_words": FIRST_CLAUSE_WORDS,
             "texts": len(SENTENCES),

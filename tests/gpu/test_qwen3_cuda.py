@@ -6,13 +6,13 @@ Runs only where a GPU is present (the lent H200); CI has none.
 from __future__ import annotations
 
 import gc
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from bench.step_profile import count_waits
 from models.base import Admit, DecodeItem, Feed, SynthParams
 from models.qwen3_tts.kv_cache import SlotKVCache
 from models.qwen3_tts.loader import load
@@ -101,19 +101,6 @@ def test_kv_slots_are_sized_from_free_memory(checkpoint: Path) -> None:
         load({**options, "kv_capacity": 10_000_000, "kv_memory_fraction": 0.01}, checkpoint)
 
 
-def _syncs(fn) -> tuple[object, int]:  # type: ignore[no-untyped-def]
-    """``fn()`` and how many synchronizing CUDA calls it made."""
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            out = fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return out, sum("synchronizing" in str(w.message) for w in caught)
-
-
 def test_a_decode_step_and_a_vocoder_call_each_wait_for_the_device_once(
     checkpoint: Path,
 ) -> None:
@@ -132,11 +119,11 @@ def test_a_decode_step_and_a_vocoder_call_each_wait_for_the_device_once(
     runner.execute(plan(slots, admit, feed))
     for _ in range(3):  # past the prompt: plain decode steps with text still streaming
         runner.execute(plan(slots))
-    _, waits = _syncs(lambda: runner.execute(plan(slots)))
+    _, waits = count_waits(lambda: runner.execute(plan(slots)))
     assert waits == 1
     voc = gpu.vocoder
     streams = [voc.new_stream(None) for _ in slots]
     codes = np.random.default_rng(0).integers(0, 2048, (4, 16)).astype(np.int64)
     voc.decode([DecodeItem(s, codes[:1]) for s in streams])
-    _, waits = _syncs(lambda: voc.decode([DecodeItem(s, codes) for s in streams]))
+    _, waits = count_waits(lambda: voc.decode([DecodeItem(s, codes) for s in streams]))
     assert waits == 1
