@@ -23,6 +23,7 @@ here imports torch.
 from __future__ import annotations
 
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -32,6 +33,15 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 import numpy as np
 
 T = TypeVar("T")
+
+_WORD = re.compile(r"\S+")
+
+
+def word_spans(text: str) -> np.ndarray:
+    """int64 ``[n, 2]``: the ``[start, end)`` characters of each word of ``text``
+    (a word is a run of non-whitespace characters, punctuation included)."""
+    spans = [m.span() for m in _WORD.finditer(text)]
+    return np.asarray(spans, np.int64).reshape(-1, 2)
 
 
 class ModelInputError(ValueError):
@@ -199,6 +209,55 @@ class Feed:
     slot: int
     units: tuple[np.ndarray, ...] = ()
     close: bool = False
+    words: tuple[np.ndarray, ...] = ()
+    """Empty unless the context asked for word timing; then one int64 ``[k, 3]``
+    array per unit, ``(word, first id, end id)`` as in ``AlignedText.words``
+    but with ``word`` counted over the whole context (the engine client
+    renumbers), which is the index the runner reports in ``WordFrames``."""
+
+
+@dataclass(frozen=True)
+class AlignedText:
+    """:meth:`ModelRunner.encode_aligned`: units of ids and where each word is in them.
+
+    A word is a run of non-whitespace characters of the text. A word cut across
+    two units (a sentence too long for one call, cut mid-word) is listed in each
+    unit holding part of it; ``spans`` lists it once.
+    """
+
+    units: list[np.ndarray]
+    words: list[np.ndarray]
+    """One int64 ``[k, 3]`` array per unit: ``(word, first id, end id)`` of each
+    word in the unit, ``word`` counting the text's words from 0 and ids
+    ``[first, end)`` indexing the unit."""
+    spans: np.ndarray
+    """int64 ``[n, 2]``: each word's characters ``[start, end)`` in the text given."""
+
+
+@dataclass(frozen=True)
+class WordFrames:
+    """Word timing a step found, one entry per word (rows may repeat).
+
+    Word ``index`` of row ``row`` (the index-th word fed to that slot, counting
+    from 0 over the whole context) is spoken over the context's frames
+    ``[start, end)``, frames counted from the context's first. Reported once per
+    word, no later than the step that makes its first frame, in the order the
+    words were fed.
+    """
+
+    row: np.ndarray
+    index: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    """int64 arrays of one length."""
+
+    @classmethod
+    def of(cls, entries: list[tuple[int, int, int, int]]) -> WordFrames | None:
+        """From ``(row, index, start, end)`` tuples; None when there are none."""
+        if not entries:
+            return None
+        table = np.asarray(entries, np.int64).reshape(-1, 4)
+        return cls(table[:, 0], table[:, 1], table[:, 2], table[:, 3])
 
 
 @dataclass(frozen=True)
@@ -235,6 +294,8 @@ class StepResult:
     """bool: finished by a frame or capacity limit, not by its natural end."""
     waiting: np.ndarray
     """bool: the row cannot progress until it is fed (or its input closes)."""
+    words: WordFrames | None = None
+    """Word timing found by this step (only for slots fed ``Feed.words``)."""
 
     @classmethod
     def empty(cls, frame_dim: int, dtype: Any) -> StepResult:
@@ -294,6 +355,18 @@ class ModelRunner(ABC):
         """Units of input ids for a text segment (possibly none for whitespace).
         Runs in a worker thread, in the order the text arrived; raises
         ModelInputError for text the model cannot take."""
+
+    def aligns_words(self, params: SynthParams) -> bool:
+        """True when a context with ``params`` can report word timing (then its
+        text goes through :meth:`encode_aligned` and its step results carry
+        ``words``). Cheap and pure, like :meth:`validate`."""
+        return False
+
+    def encode_aligned(self, text: str) -> AlignedText:
+        """:meth:`encode_text` plus where each word of ``text`` lies in the units;
+        called instead of it for contexts that asked for word timing (only when
+        :meth:`aligns_words` said so). Same thread and errors as encode_text."""
+        raise NotImplementedError(f"{type(self).__name__} does not align words")
 
     @abstractmethod
     def execute(self, plan: StepPlan) -> StepResult:

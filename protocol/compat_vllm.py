@@ -19,6 +19,12 @@ Client -> server (JSON text frames, field ``type``):
   none: buffer until ``input.done``). vllm-omni also refuses ``stream_audio`` with a
   format other than pcm or a speed other than 1.0; those are capability limits of that
   server, so they are left to ours to decide.
+
+  Our additions and departures (docs/vllm-socket.md says why): ``sample_rate`` (the
+  output rate, default 24000 as vllm-omni's Qwen3-TTS and our HTTP ``pcm``),
+  ``timestamp_type`` (``"word"`` is another way to ask for ``word_timestamps``, as
+  framework plugins do), and ``split_granularity`` left out means ``clause``
+  (:data:`DEFAULT_SPLIT`), so speech starts before the reply ends.
 - ``input.text``: ``text`` (string; missing means "").
 - ``input.done``: ends the utterance (a flush, the connection stays open).
 - ``session.close``: ends the connection.
@@ -27,8 +33,10 @@ Server -> client:
 
 - ``audio.start``: ``utterance_index``, ``sentence_index``, ``sentence_text``, ``format``;
   with streamed pcm also ``sample_rate`` and ``channels`` (s16le); ``word_timestamps: true``
-  when word timestamps are on.
-- binary frames: the audio bytes (no header).
+  when word timestamps are on. Ours names ``sample_rate`` and ``channels`` for every
+  format (extra fields, which vllm-omni's clients read with ``.get`` or ignore).
+- binary frames: the audio bytes (no header). vllm-omni's clients join every binary
+  frame between ``audio.start`` and ``audio.done``, so one sentence may come in several.
 - ``audio.chunk`` (only with ``word_timestamps``): ``utterance_index``, ``sentence_index``,
   ``chunk_id``, ``chunk_start_ms``, ``chunk_end_ms``, ``sample_rate``, ``channels``,
   ``audio_b64``, ``timestamps`` (null, or a list of ``{word, start_ms, end_ms}`` on the
@@ -57,12 +65,17 @@ from protocol.messages import Speed
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
 SplitGranularity = Literal["none", "sentence", "clause"]
+TimestampType = Literal["word", "none"]
+
+DEFAULT_SPLIT: SplitGranularity = "clause"
+"""Our ``split_granularity`` when a config leaves it out (vllm-omni's is ``none``)."""
 
 _INT64 = Meta(ge=-(2**63), le=2**63 - 1)
 _ALLOWED: dict[str, tuple[object, ...]] = {
     "response_format": get_args(ResponseFormat),
     "task_type": get_args(TaskType),
     "split_granularity": get_args(SplitGranularity),
+    "timestamp_type": get_args(TimestampType),
 }
 
 
@@ -88,13 +101,25 @@ class VllmSessionConfig(_VllmClient, tag="session.config"):
     speaker_embedding: Annotated[list[float], Meta(max_length=8192)] | None = None
     stream_audio: bool = False
     word_timestamps: bool = False
+    timestamp_type: TimestampType | None = None
     seed: Annotated[int, _INT64] | None = None
-    split_granularity: SplitGranularity = "none"
+    split_granularity: SplitGranularity | None = None
+    sample_rate: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
 
     @property
     def effective_voice(self) -> str | None:
         """``voice``, or its alias ``speaker``."""
         return self.voice if self.voice is not None else self.speaker
+
+    @property
+    def wants_word_timestamps(self) -> bool:
+        """Asked either way: ``word_timestamps: true`` or ``timestamp_type: "word"``."""
+        return self.word_timestamps or self.timestamp_type == "word"
+
+    @property
+    def effective_split(self) -> SplitGranularity:
+        """``split_granularity``, or :data:`DEFAULT_SPLIT` when left out."""
+        return DEFAULT_SPLIT if self.split_granularity is None else self.split_granularity
 
 
 class VllmInputText(_VllmClient, tag="input.text"):

@@ -215,6 +215,7 @@ class ContextCreate(_ClientMessage, tag="context.create"):
     ref_text: LongText | None = None
     speaker_embedding: Embedding | None = None
     buffer: BufferConfig | None = None
+    timestamps: TimestampMode | None = None
     temperature: Temperature | None = None
     top_k: NonNegativeInt | None = None
     top_p: TopP | None = None

@@ -69,6 +69,31 @@ def serve(argv: list[str]) -> None:
         help="a browser origin (https://app.example) allowed besides the server's own; "
         "'*' allows any (default: none)",
     )
+    parser.add_argument(
+        "--served-model-name",
+        action="append",
+        default=[],
+        help="a name clients may pass as 'model' (repeatable; the first is listed first). "
+        "The config name and the checkpoint folder's name always answer too",
+    )
+    parser.add_argument(
+        "--allowed-local-media-path",
+        type=Path,
+        default=None,
+        help="let ref_audio name a file (path or file:// URI) inside this folder "
+        "(default: local files are refused)",
+    )
+    parser.add_argument(
+        "--allow-url-fetch",
+        action="store_true",
+        help="fetch ref_audio given as an http(s) URL (public addresses only, see "
+        "--allow-private-url-fetch)",
+    )
+    parser.add_argument(
+        "--allow-private-url-fetch",
+        action="store_true",
+        help="with --allow-url-fetch, also fetch from loopback, private and link-local addresses",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
 
@@ -77,10 +102,12 @@ def serve(argv: list[str]) -> None:
     from voiceserver.config import (
         DEFAULT_MODEL_CONFIG,
         Limits,
+        MediaConfig,
         ServerConfig,
         config_for_checkpoint,
         load_model_config,
         with_checkpoint,
+        with_served_names,
     )
     from voiceserver.server import build_server
 
@@ -96,6 +123,18 @@ def serve(argv: list[str]) -> None:
     else:
         model_config = load_model_config(args.config or DEFAULT_MODEL_CONFIG, overrides)
     model_config = with_checkpoint(model_config, args.model)
+    model_config = with_served_names(model_config, tuple(args.served_model_name))
+    if args.allow_private_url_fetch and not args.allow_url_fetch:
+        raise SystemExit("--allow-private-url-fetch needs --allow-url-fetch")
+    media = MediaConfig(
+        allowed_local_media_path=args.allowed_local_media_path,
+        allow_url_fetch=args.allow_url_fetch,
+        allow_private_urls=args.allow_private_url_fetch,
+    )
+    if media.allowed_local_media_path is not None and not media.allowed_local_media_path.is_dir():
+        raise SystemExit(
+            f"--allowed-local-media-path: {media.allowed_local_media_path} is not a folder"
+        )
     try:
         limits = parse_options(Limits, _overrides(args.limit), "limit")
     except ValueError as exc:
@@ -108,6 +147,7 @@ def serve(argv: list[str]) -> None:
         voices_dir=args.voices_dir,
         shutdown_timeout_s=args.shutdown_timeout,
         allowed_origins=tuple(args.allow_origin),
+        media=media,
     )
     app = create_app(server, model_config)
     build_server(app, server, args.log_level).run()
@@ -117,7 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(
-            "usage: voiceserver {serve,say} ...\n  serve  run the server\n  say    synthesize text through a running server"
+            "usage: voiceserver {serve,say,bridge} ...\n"
+            "  serve   run the server\n"
+            "  say     synthesize text through a running server\n"
+            "  bridge  speak an LLM's streamed reply (OpenAI-compatible chat completions)"
         )
         return
     command, rest = argv[0], argv[1:]
@@ -127,8 +170,12 @@ def main(argv: list[str] | None = None) -> None:
         from voiceclient.say import main as say_main
 
         say_main(rest)
+    elif command == "bridge":
+        from voiceclient.bridge import main as bridge_main
+
+        bridge_main(rest)
     else:
-        raise SystemExit(f"unknown command {command!r}; use serve or say")
+        raise SystemExit(f"unknown command {command!r}; use serve, say or bridge")
 
 
 if __name__ == "__main__":

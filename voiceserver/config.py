@@ -57,6 +57,26 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class MediaConfig:
+    """Where ``ref_audio`` given as a path or URL may come from (both off by default)."""
+
+    allowed_local_media_path: Path | None = None
+    """A folder whose files ``ref_audio`` may name (a path or ``file://`` URI);
+    None: local paths are refused. Symlinks are resolved before the check."""
+    allow_url_fetch: bool = False
+    """Fetch ``ref_audio`` given as an ``http``/``https`` URL."""
+    allow_private_urls: bool = False
+    """Also fetch from loopback, private, link-local and other non-public
+    addresses (only with ``allow_url_fetch``)."""
+    max_bytes: int = 16 << 20
+    """Largest file read or fetched."""
+    fetch_timeout_s: float = 10.0
+    """A fetch must complete (connect, redirects and body) within this long."""
+    max_redirects: int = 3
+    """Redirects a fetch follows, each target checked like the first."""
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
@@ -78,6 +98,8 @@ class ServerConfig:
     """Browser origins (``https://app.example``) allowed to call the server, besides
     its own origin; ``*`` allows any. Requests without an Origin header (non-browser
     clients) are always allowed."""
+    media: MediaConfig = field(default_factory=MediaConfig)
+    """Local files and URLs as ``ref_audio``."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +114,14 @@ class ModelConfig:
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     checkpoint: Path | None = None
     """Checkpoint directory (None: the family's bundled default)."""
+    served_model_names: tuple[str, ...] = ()
+    """Extra names clients may pass as ``model`` (YAML ``served_model_name``, CLI
+    ``--served-model-name``); the first is the id /v1/models lists first. The
+    config name, the family and the checkpoint directory's name always answer."""
+    openai_voices: Mapping[str, str] = field(default_factory=dict)
+    """OpenAI voice name -> one of the model's voices, for the OpenAI endpoint
+    (YAML ``openai_voices``); an OpenAI voice not listed speaks in the model's
+    default voice."""
 
 
 def load_model_config(
@@ -112,7 +142,16 @@ def load_model_config(
 def model_config_from_mapping(
     data: Mapping[str, Any], where: str, overrides: Mapping[str, Any] | None = None
 ) -> ModelConfig:
-    allowed = {"name", "family", "model", "engine", "segmenter", "checkpoint"}
+    allowed = {
+        "name",
+        "family",
+        "model",
+        "engine",
+        "segmenter",
+        "checkpoint",
+        "served_model_name",
+        "openai_voices",
+    }
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ValueError(
@@ -131,7 +170,39 @@ def model_config_from_mapping(
         engine=parse_options(EngineConfig, data.get("engine"), "engine"),
         segmenter=parse_options(SegmenterConfig, data.get("segmenter"), "segmenter"),
         checkpoint=Path(checkpoint) if checkpoint else None,
+        served_model_names=_names(data.get("served_model_name"), where),
+        openai_voices=_voice_map(data.get("openai_voices"), where),
     )
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise ValueError(f"{where}: 'served_model_name' must be a name or a list of names")
+    return tuple(n.strip() for n in names)
+
+
+def _voice_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(
+            f"{where}: 'openai_voices' must map OpenAI voice names to the model's voices,"
+            " e.g. {alloy: vivian}"
+        )
+    return {k.lower(): v for k, v in value.items()}
+
+
+def with_served_names(config: ModelConfig, names: tuple[str, ...]) -> ModelConfig:
+    """``names`` (the CLI's) first, then the YAML's."""
+    if not names:
+        return config
+    merged = tuple(dict.fromkeys((*names, *config.served_model_names)))
+    return replace(config, served_model_names=merged)
 
 
 def with_checkpoint(config: ModelConfig, checkpoint: Path | None) -> ModelConfig:

@@ -15,6 +15,8 @@ from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineCore
 from voiceserver.lifecycle import Lifecycle
 from voiceserver.metrics import Metrics
+from voiceserver.names import OPENAI_VOICES, ModelNames
+from voiceserver.tasks import VariantTasks
 from voiceserver.voices import VoiceStore
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,8 @@ class Runtime:
     metrics: Metrics
     voices: VoiceStore
     prepare_pool: ThreadPoolExecutor
+    tasks: VariantTasks
+    names: ModelNames
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     started_at: float = field(default_factory=time.time)
     sessions_open: int = 0
@@ -42,6 +46,8 @@ class Runtime:
         loader = resolve(model_config.family)
         model = loader(model_config.model, model_config.checkpoint)
         builtin = [v.name for v in model.capabilities.voices]
+        _check_openai_voices(model_config, builtin)
+        tasks = VariantTasks.of(model)
         voices = VoiceStore(model_config.name, builtin, server.voices_dir)
         if server.voices_dir is None:
             log.warning("uploaded voices are kept in memory only; pass --voices-dir to keep them")
@@ -49,19 +55,24 @@ class Runtime:
         engine = EngineCore(model, model_config.engine, metrics.engine_observer())
         metrics.add_queue_collector(engine.queue_depths)
         engine.start()
+        names = ModelNames(model_config)
         log.info(
-            "model %s (%s) loaded in %.1f s; %d Hz, %.1f ms frames",
+            "model %s (%s) loaded in %.1f s; %d Hz, %.1f ms frames; tasks %s; answers to %s",
             model_config.name,
             model_config.family,
             time.monotonic() - t0,
             model.capabilities.sample_rate,
             model.capabilities.frame_ms,
+            ", ".join(tasks.tasks),
+            ", ".join(names),
         )
         pool = ThreadPoolExecutor(max_workers=server.encode_threads, thread_name_prefix="encode")
         prepare = ThreadPoolExecutor(
             max_workers=server.prepare_threads, thread_name_prefix="prepare"
         )
-        return cls(server, model_config, model, engine, pool, metrics, voices, prepare)
+        return cls(
+            server, model_config, model, engine, pool, metrics, voices, prepare, tasks, names
+        )
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Open the front end's engine client on the loop that serves requests."""
@@ -82,11 +93,26 @@ class Runtime:
         self.metrics.sessions.labels(self.model_config.name, endpoint).dec()
 
     @property
-    def model_names(self) -> frozenset[str]:
-        """Names a client may pass as ``model``: the config's name and its family."""
-        return frozenset({self.model_config.name, self.model_config.family})
+    def model_names(self) -> ModelNames:
+        """Names a client may pass as ``model`` (``voiceserver.names``)."""
+        return self.names
 
     def close(self) -> None:
         self.engine.stop()
         self.encode_pool.shutdown(wait=False, cancel_futures=True)
         self.prepare_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _check_openai_voices(config: ModelConfig, voices: list[str]) -> None:
+    known = {v.lower() for v in voices}
+    for alias, target in config.openai_voices.items():
+        if alias not in OPENAI_VOICES:
+            raise ValueError(
+                f"openai_voices: {alias!r} is not an OpenAI voice; they are: "
+                + ", ".join(OPENAI_VOICES)
+            )
+        if target.lower() not in known:
+            raise ValueError(
+                f"openai_voices: {alias} -> {target!r}, which is not a voice of this model;"
+                f" its voices: {', '.join(voices)}"
+            )

@@ -79,14 +79,9 @@ def _compat_config_fields(facts: ServerFacts) -> dict[str, st.SearchStrategy[Var
         "x_vector_only_mode": bool_optional,
         "speaker_embedding": embedding(facts, cap=True),
         "stream_audio": bool_required,
-        "word_timestamps": sample(
-            [
-                ("true", True, bad("error")),  # not available on this server: refused by name
-                *[v for v in BOOL_REQUIRED if v[0] != "true"],
-            ]
-        ),
+        "word_timestamps": bool_required,  # accepted with COMPAT_SETUP's pcm
         "seed": number("int", -(2**63), INT64_MAX),
-        "split_granularity": enum(("none", "sentence", "clause"), nullable=False),
+        "split_granularity": enum(("none", "sentence", "clause")),  # null: our default
     }
 
 

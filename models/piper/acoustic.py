@@ -3,6 +3,12 @@
 A step synthesizes one unit per stepped slot (one onnxruntime call each; units
 are capped in size by the frontend). A unit longer than ``max_frames_per_step``
 is handed out over several steps, so the engine's frame buffers stay bounded.
+
+Word timing is exact: the acoustic stage returns how many latent frames each
+phoneme id gets (the duration predictor's rounded output, which the latent is
+expanded by), so a word's frames are the sum over the ids before it and over
+its own. They are reported in the step that synthesizes the word's unit,
+before any of its frames reach the vocoder.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import numpy as np
 import onnxruntime as ort
 
 from models.base import (
+    AlignedText,
     Capabilities,
     ModelInputError,
     ModelRunner,
@@ -21,6 +28,7 @@ from models.base import (
     StepPlan,
     StepResult,
     SynthParams,
+    WordFrames,
 )
 from models.piper.frontend import PiperFrontend
 
@@ -39,9 +47,15 @@ class PiperPrepared(Prepared):
 class _Slot:
     scales: np.ndarray
     pending: deque[np.ndarray]
+    words: deque[np.ndarray | None]
+    """Per pending unit, where its words are (None: no timing asked)."""
     closed: bool = False
     rest: np.ndarray | None = None
     """Frames of the current unit not handed out yet."""
+    made: int = 0
+    """Frames of this context synthesized before the current unit's rest."""
+    last_word: int = -1
+    """The last word reported (a word cut across units is reported once)."""
 
 
 class PiperRunner(ModelRunner):
@@ -57,9 +71,11 @@ class PiperRunner(ModelRunner):
         capabilities: Capabilities,
         scales: tuple[float, float, float],
         max_contexts: int,
+        durations_name: str | None = None,
     ) -> None:
         self._session = session
         self._latent_name = latent_name
+        self._durations_name = durations_name
         self.frontend = frontend
         self.capabilities = capabilities
         self._noise, self._length, self._noise_w = scales
@@ -99,15 +115,22 @@ class PiperRunner(ModelRunner):
     def encode_text(self, text: str) -> list[np.ndarray]:
         return [np.asarray(ids, np.int64) for ids in self.frontend.encode(text)]
 
+    def aligns_words(self, params: SynthParams) -> bool:
+        return self._durations_name is not None and self.frontend.aligns_words
+
+    def encode_aligned(self, text: str) -> AlignedText:
+        return self.frontend.encode_aligned(text)
+
     def execute(self, plan: StepPlan) -> StepResult:
         for slot in plan.free.tolist():
             self._slots.pop(slot, None)
         for admit in plan.admit:
             assert isinstance(admit.prepared, PiperPrepared) and admit.prepared.scales is not None
-            self._slots[admit.slot] = _Slot(admit.prepared.scales, deque())
+            self._slots[admit.slot] = _Slot(admit.prepared.scales, deque(), deque())
         for feed in plan.feed:
             state = self._slots[feed.slot]
             state.pending.extend(feed.units)
+            state.words.extend(feed.words or [None] * len(feed.units))
             state.closed |= feed.close
         n = len(plan.step)
         counts = np.zeros(n, np.int64)
@@ -115,27 +138,56 @@ class PiperRunner(ModelRunner):
         finished = np.zeros(n, bool)
         waiting = np.zeros(n, bool)
         frames: list[np.ndarray] = []
+        timed: list[tuple[int, int, int, int]] = []
         for row, slot in enumerate(plan.step.tolist()):
             state = self._slots[slot]
             if state.rest is None and state.pending:
-                state.rest = self._synthesize(state.pending.popleft(), state.scales)
+                words = state.words.popleft()
+                state.rest, durations = self._synthesize(state.pending.popleft(), state.scales)
+                if words is not None and durations is not None:
+                    timed.extend(self._word_frames(row, state, words, durations))
             if state.rest is not None:
                 out, rest = state.rest[:MAX_FRAMES_PER_STEP], state.rest[MAX_FRAMES_PER_STEP:]
                 state.rest = rest if len(rest) else None
                 frames.append(out)
                 counts[row] = len(out)
+                state.made += len(out)
                 unit_end[row] = state.rest is None
             done = state.rest is None and not state.pending
             finished[row] = done and state.closed
             waiting[row] = done and not state.closed
         stacked = np.concatenate(frames) if frames else np.zeros((0, self.frame_dim), np.float32)
-        return StepResult(counts, stacked, unit_end, finished, np.zeros(n, bool), waiting)
+        return StepResult(
+            counts, stacked, unit_end, finished, np.zeros(n, bool), waiting, WordFrames.of(timed)
+        )
 
-    def _synthesize(self, ids: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    def _word_frames(
+        self, row: int, state: _Slot, words: np.ndarray, durations: np.ndarray
+    ) -> list[tuple[int, int, int, int]]:
+        """``(row, word, start, end)`` of the words of a unit just synthesized, whose
+        frames start after the ``state.made`` frames handed out before it."""
+        assert state.rest is not None
+        frames = len(state.rest)
+        edges = np.minimum(np.concatenate(([0], np.cumsum(durations))), frames) + state.made
+        out = []
+        for word, first, end in words.tolist():
+            if word > state.last_word:
+                state.last_word = word
+                out.append((row, word, int(edges[first]), int(edges[end])))
+        return out
+
+    def _synthesize(
+        self, ids: np.ndarray, scales: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The unit's latent frames [frames, channels] and its frames per id (when
+        the graph gives them)."""
         feeds = {
             "input": ids[None].astype(np.int64, copy=False),
             "input_lengths": np.asarray([len(ids)], dtype=np.int64),
             "scales": scales,
         }
-        (latent,) = self._session.run([self._latent_name], feeds)
-        return np.ascontiguousarray(latent[0].T, dtype=np.float32)  # [frames, channels]
+        names = [self._latent_name] + ([self._durations_name] if self._durations_name else [])
+        latent, *durations = self._session.run(names, feeds)
+        frames = np.ascontiguousarray(latent[0].T, dtype=np.float32)
+        per_id = np.rint(durations[0]).reshape(-1).astype(np.int64) if durations else None
+        return frames, per_id

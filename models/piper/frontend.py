@@ -1,4 +1,13 @@
-"""Text -> phoneme ids through piper's own espeak-ng phonemizer."""
+"""Text -> phoneme ids through piper's own espeak-ng phonemizer.
+
+Word alignment: espeak-ng separates the words it speaks with a space phoneme,
+so a sentence's phonemes fall into groups, one per spoken word. A text word
+(a run of non-whitespace) may be spoken as several (``1990``, ``Dr.`` are not
+one-to-one), so each text word is phonemized alone, with the same voice, to
+learn how many groups it makes; when those counts add up to the groups of the
+whole text (the usual case) words map onto groups exactly, otherwise the
+groups are shared out in proportion to the counts, keeping the order.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +15,11 @@ import math
 import threading
 from typing import Any
 
-from piper.config import PiperConfig
+import numpy as np
+from piper.config import PhonemeType, PiperConfig
 from piper.voice import PiperVoice
+
+from models.base import AlignedText, word_spans
 
 PUNCTUATION = frozenset(",;:.!?，；：。！？")
 """Phonemes after which a long sentence is best cut (espeak keeps the ASCII
@@ -28,6 +40,9 @@ class PiperFrontend:
         session: Any = None
         self._voice = PiperVoice(session=session, config=config)
         self._overhead = len(self._voice.phonemes_to_ids([]))
+        self._prefix = self._overhead - len(config.phoneme_id_map.get("$", []))
+        """Ids before the first phoneme's (BOS and its pad)."""
+        self.aligns_words = config.phoneme_type == PhonemeType.ESPEAK
         self._costs: dict[str, int] = {}
         self._budget = max_unit_ids - self._overhead
         minimum = self._overhead + max(self._cost(p) for p in config.phoneme_id_map)
@@ -43,6 +58,42 @@ class PiperFrontend:
                 for piece in self.split(phonemes):
                     units.append(self._voice.phonemes_to_ids(piece))
         return units
+
+    def encode_aligned(self, text: str) -> AlignedText:
+        """:meth:`encode` plus each word's ids in its units (see the module doc)."""
+        spans = word_spans(text)
+        with _ESPEAK:
+            sentences = [p for p in self._voice.phonemize(text) if p]
+            alone = [self._voice.phonemize(text[a:b]) for a, b in spans.tolist()]
+        groups = sum(_groups(p) for p in sentences)
+        owner = _owners([sum(_groups(p) for p in word) for word in alone], groups)
+        units: list[np.ndarray] = []
+        tables: list[np.ndarray] = []
+        group = 0  # the group of the next phoneme that is not a word break
+        for phonemes in sentences:
+            in_word = False
+            for piece in self.split(phonemes):
+                units.append(np.asarray(self._voice.phonemes_to_ids(piece), np.int64))
+                found: dict[int, list[int]] = {}
+                at = self._prefix
+                for phoneme in piece:
+                    cost = self._cost(phoneme)
+                    if phoneme == WORD_BREAK:
+                        if in_word:
+                            group += 1
+                        in_word = False
+                    else:
+                        in_word = True
+                        word = owner[group]
+                        if word >= 0 and cost:
+                            span = found.setdefault(word, [at, at + cost])
+                            span[1] = at + cost
+                    at += cost
+                rows = [(word, a, b) for word, (a, b) in sorted(found.items())]
+                tables.append(np.asarray(rows, np.int64).reshape(-1, 3))
+            if in_word:
+                group += 1
+        return AlignedText(units, tables, spans)
 
     def split(self, phonemes: list[str]) -> list[list[str]]:
         """Cut one sentence's phonemes into pieces whose ids fit the cap.
@@ -101,3 +152,22 @@ class PiperFrontend:
             cost = len(self._voice.phonemes_to_ids([phoneme])) - self._overhead
             self._costs[phoneme] = cost
         return cost
+
+
+def _groups(phonemes: list[str]) -> int:
+    """Spoken words in one sentence's phonemes (runs between word breaks)."""
+    return len("".join(WORD_BREAK if p == WORD_BREAK else "x" for p in phonemes).split())
+
+
+def _owners(counts: list[int], groups: int) -> list[int]:
+    """The text word (index) each phoneme group belongs to; -1 for none.
+
+    Word ``i`` takes ``counts[i]`` groups when the counts add up to ``groups``,
+    else a share of the groups in proportion to its count, in order."""
+    total = sum(counts)
+    if not total:
+        return [-1] * (groups + 1)
+    bounds = np.cumsum(counts) * groups / total
+    ends = np.round(bounds).astype(np.int64)
+    owner = np.searchsorted(ends, np.arange(groups), side="right")
+    return [*owner.tolist(), -1]

@@ -78,6 +78,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         capabilities,
         scales,
         options.max_contexts,
+        graphs.durations_name,
     )
     vocoder = PiperVocoder(
         decoder_session,

@@ -4,6 +4,10 @@ The acoustic half (text encoder, duration predictor, flow) ends at the latent
 ``z * y_mask`` that feeds ``/dec/conv_pre/Conv``; the decoder half (HiFi-GAN)
 starts there. Decoding the whole latent with the second half gives exactly
 the one-shot output, so the split adds no error by itself.
+
+The acoustic half also returns the duration predictor's frames per phoneme id
+(the top-level ``Ceil`` of ``exp(logw) * length_scale``, whose sum is the
+latent's length), which word timing is read from.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import onnx
 import onnx.utils
 
 DECODER_FIRST_NODE = "/dec/conv_pre/Conv"
+DURATION_NODE = "/Ceil"
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,9 @@ class SplitGraphs:
     latent_name: str
     """Name of the tensor between the halves ([batch, channels, frames])."""
     output_name: str
+    durations_name: str | None = None
+    """Second output of the acoustic half: latent frames per phoneme id
+    ([batch, 1, ids], float, whole numbers); None when the graph has no such node."""
 
 
 def split_voice(model_path: Path) -> SplitGraphs:
@@ -31,15 +39,24 @@ def split_voice(model_path: Path) -> SplitGraphs:
     latent = _decoder_input(model)
     inputs = [i.name for i in model.graph.input]
     output = model.graph.output[0].name
+    durations = _durations(model)
     extractor = onnx.utils.Extractor(model)
-    acoustic = extractor.extract_model(inputs, [latent])
+    acoustic = extractor.extract_model(inputs, [latent] + ([durations] if durations else []))
     decoder = extractor.extract_model([latent], [output])
     return SplitGraphs(
         acoustic=acoustic.SerializeToString(),
         decoder=decoder.SerializeToString(),
         latent_name=latent,
         output_name=output,
+        durations_name=durations,
     )
+
+
+def _durations(model: onnx.ModelProto) -> str | None:
+    for node in model.graph.node:
+        if node.name == DURATION_NODE and node.op_type == "Ceil":
+            return str(node.output[0])
+    return None
 
 
 def _decoder_input(model: onnx.ModelProto) -> str:

@@ -55,13 +55,36 @@ class Qwen3Context:
         """Codes 0 sampled so far (EOS may come only after MIN_NEW_TOKENS)."""
         self.frames = 0
         self.hit_limit = False
+        self.queued = 0
+        """Tokens ever put on the text track (a clone's reference text included)."""
+        self.taken = 0
+        """Tokens taken off the text track so far."""
+        self.words: deque[tuple[int, int, int]] = deque()
+        """Words fed and not yet reached: (track position of the first token, tokens,
+        the word's index in the context)."""
+        self.word_cursor = 0
+        """Frame where the last timed word ends (the next starts no earlier)."""
+        self.entered: list[tuple[int, int, int]] = []
+        """Words whose first token entered the talker since the last step result:
+        (word index, tokens, frame the token conditions)."""
 
     # -- input -------------------------------------------------------------
 
-    def feed(self, units: list[list[int]]) -> None:
-        for unit in units:
+    def feed(self, units: list[list[int]], words: list[list[list[int]]] | None = None) -> None:
+        """Tokens for the text track; ``words``: per unit, ``(word, first, end)`` token
+        ranges to time (``models.base.Feed.words``)."""
+        for i, unit in enumerate(units):
+            if words is not None:
+                for word, first, end in words[i]:
+                    self.words.append((self.queued + first, end - first, word))
             self.text.extend(unit)
             self.text_seen += len(unit)
+            self.queued += len(unit)
+
+    def queue_prompt_text(self, ids: list[int]) -> None:
+        """Text that goes on the track ahead of the client's (a clone's reference text)."""
+        self.text.extend(ids)
+        self.queued += len(ids)
 
     def close_input(self) -> None:
         self.input_closed = True
@@ -92,6 +115,11 @@ class Qwen3Context:
     def next_track(self) -> int | str:
         """The next text-track item: a token id, ``"eos"`` once, then ``"pad"``."""
         if self.text:
+            position = self.taken
+            self.taken += 1
+            while self.words and self.words[0][0] <= position:
+                _, tokens, word = self.words.popleft()
+                self.entered.append((word, tokens, self.frames))
             return self.text.popleft()
         if not self.eos_sent:
             self.eos_sent = True

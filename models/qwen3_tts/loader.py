@@ -51,6 +51,13 @@ class Qwen3Options:
     """Frames one context may generate (2048 = 164 s)."""
     streaming_text: bool = True
     """Consume text one token per frame as it arrives (False: wait for all text)."""
+    word_lag_frames: int = 1
+    """Word timestamps (streaming text only): frames between a word's first token
+    entering the talker and the start of its audio, at the least (docs/engine.md)."""
+    word_frames_per_token: float = 3.75
+    """Word timestamps: the speaking rate assumed for a word's length, in frames per
+    text token (3.75 = 300 ms: about 150 English words a minute at 1.33 tokens a
+    word)."""
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
@@ -95,6 +102,11 @@ def kv_slots(
     memory holds (measured now, after the weights), whichever is fewer."""
     if options.max_contexts < 1:
         raise ValueError(f"model.max_contexts must be at least 1, got {options.max_contexts}")
+    if options.word_lag_frames < 0 or not options.word_frames_per_token > 0:
+        raise ValueError(
+            "model.word_lag_frames must be 0 or more and model.word_frames_per_token above 0, "
+            f"got {options.word_lag_frames} and {options.word_frames_per_token}"
+        )
     if device.type != "cuda":
         return options.max_contexts
     if not 0 < options.kv_memory_fraction <= 0.95:
@@ -187,6 +199,8 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         max_frames=options.max_frames,
         streaming_text=options.streaming_text,
         sampling=sampling_defaults(generation, options),
+        word_lag_frames=options.word_lag_frames,
+        word_frames_per_token=options.word_frames_per_token,
     )
     assert weights.talker is not None
     vocoder = Qwen3Vocoder(

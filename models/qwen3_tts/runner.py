@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from models.base import (
+    AlignedText,
     Capabilities,
     ClonedVoice,
     ModelInputError,
@@ -29,6 +30,8 @@ from models.base import (
     StepPlan,
     StepResult,
     SynthParams,
+    WordFrames,
+    word_spans,
 )
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.context import Phase, Qwen3Context
@@ -70,6 +73,10 @@ class ARSettings:
     max_frames: int
     streaming_text: bool
     sampling: SamplingParams
+    word_lag_frames: int = 1
+    """Frames from a word's first token entering the talker to its audio, at least."""
+    word_frames_per_token: float = 3.75
+    """Assumed speaking rate for a word's length (frames per token)."""
 
 
 @dataclass
@@ -264,6 +271,32 @@ class Qwen3Runner(ModelRunner):
         ids = self.tokenizer.encode(text) if text else []
         return [np.asarray(ids, np.int64)] if ids else []
 
+    def aligns_words(self, params: SynthParams) -> bool:
+        """Streaming text only: with all text in the prompt there is no entry frame."""
+        try:
+            return self._settings(params).streaming
+        except ModelInputError:
+            return False
+
+    def encode_aligned(self, text: str) -> AlignedText:
+        """Each word owns the tokens whose last character is in it (a BPE token carries
+        the space before its word, and a word may be several tokens)."""
+        ids, offsets = self.tokenizer.encode_with_offsets(text) if text else ([], [])
+        spans = word_spans(text)
+        owner = np.full(len(text) + 1, -1, np.int64)
+        for word, (start, end) in enumerate(spans.tolist()):
+            owner[start:end] = word
+        found: dict[int, list[int]] = {}
+        for token, (start, end) in enumerate(offsets):
+            word = int(owner[max(end - 1, start)]) if end > start else -1
+            if word >= 0:
+                found.setdefault(word, [token, token + 1])[1] = token + 1
+        table = np.asarray(
+            [(word, a, b) for word, (a, b) in sorted(found.items())], np.int64
+        ).reshape(-1, 3)
+        units = [np.asarray(ids, np.int64)] if ids else []
+        return AlignedText(units, [table] if units else [], spans)
+
     def _settings(self, params: SynthParams) -> RequestSettings:
         return settings_from(
             params.extra,
@@ -286,7 +319,8 @@ class Qwen3Runner(ModelRunner):
             ctx = self.slots[feed.slot]
             if ctx is None:
                 continue
-            ctx.feed([unit.tolist() for unit in feed.units])
+            words = [w.tolist() for w in feed.words] if feed.words else None
+            ctx.feed([unit.tolist() for unit in feed.units], words)
             if feed.close:
                 ctx.close_input()
         return self._step(plan.step)
@@ -312,7 +346,7 @@ class Qwen3Runner(ModelRunner):
         aligned = self.prompts.aligned(spec) if spec.streaming else None
         ctx = Qwen3Context(slot, spec, prepared.sampling, prepared.max_frames, head, aligned)
         if spec.streaming and spec.ref_text_ids:
-            ctx.text.extend(spec.ref_text_ids)
+            ctx.queue_prompt_text(spec.ref_text_ids)
         self.slots[slot] = ctx
         p = prepared.sampling
         self._seen[slot] = False
@@ -543,10 +577,13 @@ class Qwen3Runner(ModelRunner):
         hit_limit = np.zeros(n, bool)
         waiting = np.zeros(n, bool)
         frames = []
+        timed: list[tuple[int, int, int, int]] = []
         for row, ctx in enumerate(contexts):
             if ctx is None:
                 finished[row] = True
                 continue
+            if ctx.entered:
+                timed.extend(self._word_frames(row, ctx))
             frame = made.get(id(ctx))
             if frame is not None:
                 frames.append(frame)
@@ -556,4 +593,20 @@ class Qwen3Runner(ModelRunner):
             hit_limit[row] = done and ctx.hit_limit
             waiting[row] = not done and not ctx.has_work
         stacked = np.concatenate(frames) if frames else np.zeros((0, self.frame_dim), np.int64)
-        return StepResult(counts, stacked, finished.copy(), finished, hit_limit, waiting)
+        return StepResult(
+            counts, stacked, finished.copy(), finished, hit_limit, waiting, WordFrames.of(timed)
+        )
+
+    def _word_frames(self, row: int, ctx: Qwen3Context) -> list[tuple[int, int, int, int]]:
+        """Estimated frames of the words whose first token entered the talker: a word
+        starts ``word_lag_frames`` after that, and not before the previous word ends,
+        and lasts its tokens at the assumed speaking rate (docs/engine.md)."""
+        lag, rate = self.settings.word_lag_frames, self.settings.word_frames_per_token
+        out = []
+        for word, tokens, frame in ctx.entered:
+            start = max(frame + lag, ctx.word_cursor)
+            end = start + max(1, round(tokens * rate))
+            ctx.word_cursor = end
+            out.append((row, word, start, end))
+        ctx.entered.clear()
+        return out

@@ -52,6 +52,11 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and each token's ``[start, end)`` characters in ``text``."""
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+
     def token_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
 

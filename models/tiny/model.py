@@ -7,6 +7,10 @@ stateful, so chunked decoding equals whole decoding exactly. The audio is
 noise-like but deterministic for a given seed and text, bit for bit whatever
 else shares a batch: products are computed row by row, because a batched
 matrix product's rounding depends on the batch's size.
+
+Word timing is exact by construction: a word's bytes become consecutive
+frames, so the word spans frames ``[f, f + its bytes)`` where ``f`` is the frame
+made from its first byte.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 import torch
 
 from models.base import (
+    AlignedText,
     Capabilities,
     DecodeItem,
     LoadedModel,
@@ -32,7 +37,9 @@ from models.base import (
     SynthParams,
     Vocoder,
     VoiceInfo,
+    WordFrames,
     parse_options,
+    word_spans,
 )
 
 PAD = 256
@@ -83,6 +90,14 @@ class TinyRunner(ModelRunner):
         self.closed = np.zeros(n, bool)
         self.tail_left = np.zeros(n, np.int64)
         self.active = np.zeros(n, bool)
+        self.made = np.zeros(n, np.int64)
+        """Frames each slot made so far."""
+        self.taken = np.zeros(n, np.int64)
+        """Input bytes each slot consumed so far."""
+        self.fed = np.zeros(n, np.int64)
+        """Input bytes each slot was fed so far."""
+        self.word_starts: list[deque[tuple[int, int, int]]] = [deque() for _ in range(n)]
+        """Per slot, words not reached yet: (first byte's position, bytes, word index)."""
         self.capabilities = Capabilities(
             family="tiny",
             sample_rate=options.sample_rate,
@@ -123,6 +138,19 @@ class TinyRunner(ModelRunner):
         data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         return [data] if len(data) else []
 
+    def aligns_words(self, params: SynthParams) -> bool:
+        return True
+
+    def encode_aligned(self, text: str) -> AlignedText:
+        units = self.encode_text(text)
+        spans = word_spans(text)
+        # Character offsets -> byte offsets in the unit (UTF-8 is variable length).
+        byte_at = np.cumsum([0] + [len(ch.encode("utf-8")) for ch in text])
+        table = np.column_stack(
+            (np.arange(len(spans)), byte_at[spans[:, 0]], byte_at[spans[:, 1]])
+        ).astype(np.int64)
+        return AlignedText(units, [table] if units else [], spans)
+
     def execute(self, plan: StepPlan) -> StepResult:
         for slot in plan.free.tolist():
             self.active[slot] = False
@@ -135,10 +163,19 @@ class TinyRunner(ModelRunner):
             self.closed[slot] = False
             self.tail_left[slot] = self.options.tail_frames
             self.active[slot] = True
+            self.made[slot] = self.taken[slot] = self.fed[slot] = 0
+            self.word_starts[slot].clear()
         for feed in plan.feed:
-            for unit in feed.units:
-                self.pending[feed.slot].extend(unit.tolist())
-            self.closed[feed.slot] |= feed.close
+            slot = feed.slot
+            for i, unit in enumerate(feed.units):
+                if feed.words:
+                    for word, first, end in feed.words[i].tolist():
+                        self.word_starts[slot].append(
+                            (int(self.fed[slot]) + first, end - first, word)
+                        )
+                self.pending[slot].extend(unit.tolist())
+                self.fed[slot] += len(unit)
+            self.closed[slot] |= feed.close
         return self._step(plan.step)
 
     def _step(self, slots: np.ndarray) -> StepResult:
@@ -147,9 +184,16 @@ class TinyRunner(ModelRunner):
         finished = np.zeros(n, bool)
         waiting = np.zeros(n, bool)
         tokens, rows = [], []
+        timed: list[tuple[int, int, int, int]] = []
         for row, slot in enumerate(slots.tolist()):
             if self.pending[slot]:
                 tokens.append(self.pending[slot].popleft())
+                starts = self.word_starts[slot]
+                while starts and starts[0][0] <= self.taken[slot]:
+                    _, size, word = starts.popleft()
+                    frame = int(self.made[slot])
+                    timed.append((row, word, frame, frame + size))
+                self.taken[slot] += 1
             elif not self.closed[slot]:
                 waiting[row] = True  # starved for text
                 continue
@@ -168,11 +212,14 @@ class TinyRunner(ModelRunner):
             self.state[index] = hidden
             frames = _rows(hidden, self.w_out).numpy().astype(np.float32)
             counts[rows] = 1
+            self.made[slots[rows]] += 1
         for row, slot in enumerate(slots.tolist()):
             if counts[row] and not self.pending[slot] and self.closed[slot]:
                 finished[row] = self.tail_left[slot] == 0
         unit_end = finished.copy()
-        return StepResult(counts, frames, unit_end, finished, np.zeros(n, bool), waiting)
+        return StepResult(
+            counts, frames, unit_end, finished, np.zeros(n, bool), waiting, WordFrames.of(timed)
+        )
 
 
 def _rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from voiceclient import (
     AudioChunk,
+    TimedWords,
     VoiceClient,
     VoiceConnectionError,
     VoiceContext,
@@ -21,7 +22,7 @@ from voiceclient import (
     synthesize,
 )
 
-from protocol.messages import ContextCancelled, ContextDone, OutputFormat
+from protocol.messages import ContextCancelled, ContextDone, OutputFormat, WarningMessage
 from tests.clients.conftest import TEST_LIMITS
 from tests.serving import RunningServer, run_server
 from voiceserver.config import ServerConfig, load_model_config
@@ -307,3 +308,39 @@ async def test_connect_to_nothing_is_connect_failed() -> None:
     with pytest.raises(VoiceConnectionError) as failed:
         await VoiceClient.connect(f"ws://127.0.0.1:{port}/v1/audio/speech/ws")
     assert failed.value.code == "connect_failed"
+
+
+async def test_events_interleave_word_timestamps_with_the_audio(tiny_server: RunningServer) -> None:
+    async with VoiceClient.connect(tiny_server.ws, timestamps="word") as vc:
+        ctx = await vc.create_context()
+        await ctx.append(TEXT)
+        await ctx.end()
+        events = [event async for event in ctx.events()]
+    chunks = [e for e in events if isinstance(e, AudioChunk)]
+    assert sum(len(c.payload) for c in chunks) == expected_bytes(TEXT)
+    batches = [e for e in events if isinstance(e, TimedWords)]
+    warned = [e for e in events if isinstance(e, WarningMessage)]
+    # A model that aligns words sends them (each batch before the audio it describes);
+    # one that cannot says so in a warning, once.
+    assert bool(batches) != bool(warned)
+    assert [w for batch in batches for w in batch] == ctx.timestamps
+    assert ctx.warnings == warned
+    if batches:
+        assert [w.text for w in ctx.timestamps] == TEXT.split()
+        assert [TEXT[w.char_start : w.char_end] for w in ctx.timestamps] == TEXT.split()
+        received_ms = 0
+        for event in events:
+            if isinstance(event, AudioChunk):
+                received_ms += len(event.payload) // BYTES_PER_FRAME * 20
+            elif isinstance(event, TimedWords):
+                assert all(w.start_ms >= received_ms - 20 * 16 for w in event)
+
+
+async def test_audio_skips_timestamps(tiny_server: RunningServer) -> None:
+    async with VoiceClient.connect(tiny_server.ws, timestamps="word") as vc:
+        ctx = await vc.create_context()
+        await ctx.append(TEXT)
+        await ctx.end()
+        chunks = await collect(ctx)
+    assert all(isinstance(c, AudioChunk) for c in chunks)
+    assert sum(len(c.payload) for c in chunks) == expected_bytes(TEXT)

@@ -24,10 +24,12 @@ from voiceserver.config import Limits, ServerConfig, load_model_config
 
 TINY_RATE = 16000
 TINY_FRAME = 320  # samples per tiny frame: one per input byte, plus 3 tail frames
+OUT_RATE = 24000  # the socket's rate unless sample_rate picks another
 
 
-def tiny_samples(text: str) -> int:
-    return (len(text.encode()) + 3) * TINY_FRAME
+def tiny_samples(text: str, rate: int = TINY_RATE) -> int:
+    """Samples of tiny's audio for ``text`` at ``rate`` (its frames resample exactly)."""
+    return (len(text.encode()) + 3) * TINY_FRAME * rate // TINY_RATE
 
 
 def compat_url(server: RunningServer) -> str:
@@ -172,9 +174,9 @@ async def native_pcm(server: RunningServer, pieces: list[list[str]], rate: int) 
 # -- the happy path -----------------------------------------------------------
 
 
-async def test_default_session_gets_one_wav_per_utterance(tiny_server: RunningServer) -> None:
+async def test_no_split_gets_one_wav_per_utterance(tiny_server: RunningServer) -> None:
     client = await VllmClient.connect(tiny_server)
-    await client.send(type="session.config")
+    await client.send(type="session.config", split_granularity="none")
     pieces = ["Hello ", "world. ", "How are ", "you?"]
     utt = await client.speak(pieces)
     text = "".join(pieces)
@@ -186,6 +188,8 @@ async def test_default_session_gets_one_wav_per_utterance(tiny_server: RunningSe
         "sentence_index": 0,
         "sentence_text": text,
         "format": "wav",
+        "sample_rate": OUT_RATE,
+        "channels": 1,
     }
     assert len(sentence.audio) == 1  # the whole sentence as one file
     assert sentence.done == {
@@ -196,9 +200,9 @@ async def test_default_session_gets_one_wav_per_utterance(tiny_server: RunningSe
         "error": False,
     }
     rate, pcm = parse_wav(sentence.data)
-    assert rate == TINY_RATE and len(pcm) == 2 * tiny_samples(text)
+    assert rate == OUT_RATE and len(pcm) == 2 * tiny_samples(text, OUT_RATE)
     # The same engine and model as the native endpoint: the very same samples.
-    assert pcm == await native_pcm(tiny_server, [[text]], TINY_RATE)
+    assert pcm == await native_pcm(tiny_server, [[text]], OUT_RATE)
 
     # input.done does not close: the next utterance reuses the connection.
     utt = await client.speak(["Again."])
@@ -223,7 +227,7 @@ async def test_session_close_answers_everything_first(tiny_server: RunningServer
         "Third",
     ]
     assert [len(s.data) for s in utt.sentences] == [
-        2 * tiny_samples(t) for t in ("First one.", "Second one.", "Third")
+        2 * tiny_samples(t, OUT_RATE) for t in ("First one.", "Second one.", "Third")
     ]
     assert await client.closed_code() == 1000
 
@@ -271,7 +275,7 @@ async def test_split_granularity(
     assert [s.start["sentence_index"] for s in sentences] == list(range(early, len(expected)))
     assert all(s.start["utterance_index"] == 0 for s in sentences)
     for sentence in sentences:
-        assert len(sentence.data) == 2 * tiny_samples(sentence.start["sentence_text"])
+        assert len(sentence.data) == 2 * tiny_samples(sentence.start["sentence_text"], OUT_RATE)
         assert sentence.done is not None and sentence.done["total_bytes"] == len(sentence.data)
     assert utt.done["total_sentences"] == len(expected)
     await client.close()
@@ -282,14 +286,16 @@ async def test_split_granularity(
 
 async def test_stream_audio_pcm_announces_rate(tiny_server: RunningServer) -> None:
     client = await VllmClient.connect(tiny_server)
-    await client.send(type="session.config", response_format="pcm", stream_audio=True)
+    await client.send(
+        type="session.config", response_format="pcm", stream_audio=True, split_granularity="none"
+    )
     text = "A longer sentence, so that the audio arrives in several chunks."
     utt = await client.speak([text])
     [sentence] = utt.sentences
-    assert sentence.start["sample_rate"] == TINY_RATE and sentence.start["channels"] == 1
+    assert sentence.start["sample_rate"] == OUT_RATE and sentence.start["channels"] == 1
     assert len(sentence.audio) > 1
     assert sentence.done is not None and sentence.done["total_bytes"] == len(sentence.data)
-    assert sentence.data == await native_pcm(tiny_server, [[text]], TINY_RATE)
+    assert sentence.data == await native_pcm(tiny_server, [[text]], OUT_RATE)
     await client.close()
 
 
@@ -298,16 +304,16 @@ async def test_stream_audio_wav_is_one_open_ended_file(tiny_server: RunningServe
     await client.send(type="session.config", response_format="wav", stream_audio=True)
     text = "Streamed as a WAV file."
     [sentence] = (await client.speak([text])).sentences
-    assert "sample_rate" not in sentence.start
+    assert sentence.start["sample_rate"] == OUT_RATE
     assert struct.unpack("<I", sentence.data[40:44])[0] == 0xFFFFFFFF
     rate, pcm = parse_wav(sentence.data)
-    assert rate == TINY_RATE and len(pcm) == 2 * tiny_samples(text)
+    assert rate == OUT_RATE and len(pcm) == 2 * tiny_samples(text, OUT_RATE)
     await client.close()
 
 
 @pytest.mark.parametrize(
     ("fmt", "magic", "rate"),
-    [("flac", b"fLaC", 16000), ("mp3", b"ID3", 16000), ("opus", b"OggS", 48000)],
+    [("flac", b"fLaC", OUT_RATE), ("mp3", b"ID3", OUT_RATE), ("opus", b"OggS", 48000)],
 )
 async def test_file_formats(tiny_server: RunningServer, fmt: str, magic: bytes, rate: int) -> None:
     client = await VllmClient.connect(tiny_server)
@@ -315,6 +321,7 @@ async def test_file_formats(tiny_server: RunningServer, fmt: str, magic: bytes, 
     text = "Files of every kind."
     [sentence] = (await client.speak([text])).sentences
     assert sentence.start["format"] == fmt and len(sentence.audio) == 1
+    assert sentence.start["sample_rate"] == OUT_RATE
     assert sentence.data.startswith(magic)
     decoded_rate, pcm = decode_file(sentence.data)
     assert decoded_rate == rate
@@ -363,7 +370,16 @@ async def test_bad_first_message_errors_and_closes(
         (b"\x00\x01", "binary frames are not accepted"),
         ('{"type": "session.config", "speed": "fast"}', "Invalid session config"),
         ('{"type": "session.config", "voice": "nobody"}', "Invalid session config: unknown_voice"),
-        ('{"type": "session.config", "word_timestamps": true}', "word_timestamps"),
+        (
+            '{"type": "session.config", "word_timestamps": true, "response_format": "wav"}',
+            "word_timestamps: word timestamps come in audio.chunk messages of raw PCM; set"
+            ' response_format to "pcm"',
+        ),
+        (
+            '{"type": "session.config", "sample_rate": 11025}',
+            "sample_rate: 11025 Hz is not offered for wav; allowed: 8000, 16000, 22050, 24000,"
+            " 44100, 48000",
+        ),
         (
             '{"type": "session.config", "stream_audio": true, "response_format": "mp3"}',
             "cannot be streamed",
@@ -381,7 +397,7 @@ async def test_bad_message_after_config_keeps_session(
     # The session and its config (pcm, not a refused replacement) still work.
     utt = await client.speak(["Still here."])
     assert utt.sentences[0].start["format"] == "pcm"
-    assert len(utt.sentences[0].data) == 2 * tiny_samples("Still here.")
+    assert len(utt.sentences[0].data) == 2 * tiny_samples("Still here.", OUT_RATE)
     await client.close()
 
 
@@ -482,6 +498,7 @@ async def test_unauthorized_without_key(strict_server: RunningServer) -> None:
 
 # -- real speech ---------------------------------------------------------------------
 
+PIPER_RATE = 22050
 PIPER_TEXT = "Hello there, how are you today? I hope the weather is fine where you are."
 
 
@@ -503,14 +520,14 @@ def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
 
 async def test_piper_whole_utterance_equals_native(piper_server: RunningServer) -> None:
     client = await VllmClient.connect(piper_server)
-    await client.send(type="session.config")
+    await client.send(type="session.config", split_granularity="none")
     words = PIPER_TEXT.split(" ")
     utt = await client.speak([words[0]] + [" " + word for word in words[1:]])
     await client.close()
     [sentence] = utt.sentences
     assert sentence.start["sentence_text"] == PIPER_TEXT
     rate, pcm = parse_wav(sentence.data)
-    assert rate == 22050
+    assert rate == sentence.start["sample_rate"] == OUT_RATE  # Piper's own is 22,050
     reference = as_float(await native_pcm(piper_server, [[PIPER_TEXT]], rate))
     got = as_float(pcm)
     assert len(got) == len(reference) > rate  # more than a second of speech
@@ -526,13 +543,15 @@ async def test_piper_streamed_sentences_equal_native_flushes(
         response_format="pcm",
         stream_audio=True,
         split_granularity="sentence",
+        # Piper's own rate, so no resampler restarts between the sentences.
+        sample_rate=PIPER_RATE,
     )
     utt = await client.speak([PIPER_TEXT])
     await client.close()
     first, second = "Hello there, how are you today?", "I hope the weather is fine where you are."
     assert [s.start["sentence_text"] for s in utt.sentences] == [first, second]
-    assert all(s.start["sample_rate"] == 22050 for s in utt.sentences)
+    assert all(s.start["sample_rate"] == PIPER_RATE for s in utt.sentences)
     got = as_float(b"".join(s.data for s in utt.sentences))
-    reference = as_float(await native_pcm(piper_server, [[first], [" " + second]], 22050))
+    reference = as_float(await native_pcm(piper_server, [[first], [" " + second]], PIPER_RATE))
     assert len(got) == len(reference)
     assert snr_db(reference, got) >= 60.0

@@ -114,7 +114,7 @@ def test_default_format_is_wav_as_in_vllm_omni(http: httpx.Client) -> None:
 def test_a_bad_item_fails_alone(http: httpx.Client) -> None:
     items = [
         {"input": "Good one."},
-        {"input": "Unknown voice.", "voice": "alloy"},
+        {"input": "Unknown voice.", "voice": "nobody"},
         {"input": ""},
         {"input": "Too fast.", "speed": 1.5},  # the tiny model cannot change speed
         {"input": "Odd rate.", "sample_rate": 11025},
@@ -148,7 +148,7 @@ def test_a_bad_item_fails_alone(http: httpx.Client) -> None:
         ({"items": "Hello."}, 400, "items"),
         ({"items": [{"input": "x"}] * (Limits().max_batch_items + 1)}, 400, "items"),
         ({"items": [{"input": "x"}, "y"]}, 400, "items[1]"),
-        ({"items": [{"input": "x"}], "model": "tts-1"}, 404, "model"),
+        ({"items": [{"input": "x"}], "model": "tts-2"}, 404, "model"),
         ({"items": [{"input": "x"}], "model": 5}, 400, "model"),
         ([{"input": "x"}], 400, None),
     ],

@@ -45,7 +45,9 @@ def engine_audio(server: RunningServer) -> Iterator[list[list[np.ndarray]]]:
     opened: list[list[np.ndarray]] = []
     original = client.open
 
-    def open_teed(params: Any, on_event: Callable[[EngineEvent], None], *args: Any) -> Any:
+    def open_teed(
+        params: Any, on_event: Callable[[EngineEvent], None], *args: Any, **kwargs: Any
+    ) -> Any:
         chunks: list[np.ndarray] = []
         opened.append(chunks)
 
@@ -54,7 +56,7 @@ def engine_audio(server: RunningServer) -> Iterator[list[list[np.ndarray]]]:
                 chunks.append(event.pcm.copy())
             on_event(event)
 
-        return original(params, tee, *args)
+        return original(params, tee, *args, **kwargs)
 
     client.open = open_teed
     try:
@@ -181,6 +183,7 @@ async def test_compat_streamed_pcm_is_the_engine_audio(tiny_server: RunningServe
             response_format="pcm",
             stream_audio=True,
             split_granularity="sentence",
+            sample_rate=RATE,
         )
         utterance = await client.speak([TEXTS["native"], " ", TEXTS["opus"]])
         await client.close()

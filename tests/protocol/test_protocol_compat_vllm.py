@@ -6,6 +6,7 @@ import pytest
 
 from protocol import ErrorCode, ProtocolError
 from protocol.compat_vllm import (
+    DEFAULT_SPLIT,
     VllmAudioChunk,
     VllmAudioDone,
     VllmAudioStart,
@@ -42,9 +43,12 @@ CLIENT = [
         speaker_embedding=[0.1, 0.2],
         stream_audio=True,
         word_timestamps=True,
+        timestamp_type="word",
         seed=-5,
         split_granularity="sentence",
+        sample_rate=16000,
     ),
+    VllmSessionConfig(split_granularity="none", timestamp_type="none"),
     VllmInputText(text="Hello "),
     VllmInputDone(),
     VllmSessionClose(),
@@ -100,7 +104,7 @@ def test_server_round_trip(msg):
     assert decode_vllm_server(encode_vllm_server(msg)) == msg
 
 
-def test_defaults_match_vllm_omni():
+def test_defaults_match_vllm_omni_but_split():
     cfg = decode_vllm_client('{"type":"session.config"}')
     assert (cfg.response_format, cfg.speed, cfg.stream_audio, cfg.word_timestamps) == (
         "wav",
@@ -108,8 +112,27 @@ def test_defaults_match_vllm_omni():
         False,
         False,
     )
-    assert cfg.split_granularity == "none"
+    assert not cfg.wants_word_timestamps and cfg.sample_rate is None
+    # Left out, split_granularity is ours (clause); asked for, vllm-omni's "none" holds.
+    assert cfg.split_granularity is None and cfg.effective_split == DEFAULT_SPLIT == "clause"
+    cfg = decode_vllm_client('{"type":"session.config","split_granularity":"none"}')
+    assert cfg.effective_split == "none"
     assert decode_vllm_client('{"type":"input.text"}') == VllmInputText(text="")
+
+
+@pytest.mark.parametrize(
+    ("fields", "wanted"),
+    [
+        ('"word_timestamps":true', True),
+        ('"timestamp_type":"word"', True),
+        ('"timestamp_type":"none"', False),
+        ('"word_timestamps":false', False),
+        ('"word_timestamps":true,"timestamp_type":"none"', True),
+    ],
+)
+def test_word_timestamps_asked_either_way(fields, wanted):
+    cfg = decode_vllm_client('{"type":"session.config",' + fields + "}")
+    assert cfg.wants_word_timestamps is wanted
 
 
 def test_speaker_is_an_alias_of_voice():
@@ -158,6 +181,18 @@ def test_audio_done_always_carries_total_bytes_and_error():
             "split_granularity",
         ),
         ('{"type":"session.config","stream_audio":"yes"}', ErrorCode.INVALID_FIELD, "stream_audio"),
+        (
+            '{"type":"session.config","timestamp_type":"char"}',
+            ErrorCode.UNSUPPORTED_VALUE,
+            "timestamp_type",
+        ),
+        ('{"type":"session.config","sample_rate":0}', ErrorCode.INVALID_FIELD, "sample_rate"),
+        ('{"type":"session.config","sample_rate":"24k"}', ErrorCode.INVALID_FIELD, "sample_rate"),
+        (
+            '{"type":"session.config","initial_codec_chunk_frames":-1}',
+            ErrorCode.INVALID_FIELD,
+            "initial_codec_chunk_frames",
+        ),
     ],
 )
 def test_client_errors(data, code, param):

@@ -14,6 +14,9 @@ here while the audio is generated, so a chunked HTTP body can carry it:
   them streamable: the mp3 muxer then writes no Xing/LAME header and the FLAC
   muxer leaves STREAMINFO's sample count at 0 ("unknown"), which decoders accept.
 
+A file produced whole before it is sent (``whole=True``) is written by
+``voiceserver.audio.whole_file`` instead, with its true length in its header.
+
 Media types are those of vllm-omni and common practice: `audio/mpeg`,
 `audio/ogg`, `audio/aac`, `audio/flac`, `audio/wav`, `audio/pcm`.
 
@@ -22,8 +25,6 @@ extra `sample_rate` picks another one of `SAMPLE_RATES[fmt]`.
 """
 
 from __future__ import annotations
-
-import io
 
 import av
 import numpy as np
@@ -34,6 +35,8 @@ from voiceserver.audio.encoders.ogg_opus import OggOpusEncoder
 from voiceserver.audio.encoders.pcm import PcmEncoder
 from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.audio.wav import wav_header
+from voiceserver.audio.whole_file import WHOLE_MEDIA_TYPES, WholeFileEncoder
+from voiceserver.audio.whole_file import encode_whole_file as encode_samples
 
 RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 DEFAULT_RESPONSE_FORMAT = "mp3"
@@ -120,9 +123,16 @@ class AvFileEncoder(MuxedEncoder):
         self._start(container, stream, sample_format, stream.codec_context.frame_size or 1024)
 
 
-def make_file_encoder(response_format: str, sample_rate: int) -> Encoder:
-    """A fresh streaming encoder for one response; raises ValueError for a bad
-    format or a rate the format does not allow."""
+def media_type(response_format: str, whole: bool = False) -> str:
+    """The Content-Type of a response in ``response_format`` (streamed or whole)."""
+    if whole:
+        return WHOLE_MEDIA_TYPES.get(response_format, MEDIA_TYPES[response_format])
+    return MEDIA_TYPES[response_format]
+
+
+def make_file_encoder(response_format: str, sample_rate: int, whole: bool = False) -> Encoder:
+    """A fresh encoder for one response (``whole``: the whole file at the end);
+    raises ValueError for a bad format or a rate the format does not allow."""
     if response_format not in RESPONSE_FORMATS:
         raise ValueError(
             f"unknown response_format {response_format!r}; allowed: {', '.join(RESPONSE_FORMATS)}"
@@ -132,6 +142,8 @@ def make_file_encoder(response_format: str, sample_rate: int) -> Encoder:
         raise ValueError(
             f"sample_rate {sample_rate!r} is not allowed for {response_format}: {allowed}"
         )
+    if whole:
+        return WholeFileEncoder(response_format, sample_rate, MEDIA_TYPES[response_format])
     if response_format == "pcm":
         return PcmEncoder("pcm_s16le", sample_rate)
     if response_format == "wav":
@@ -142,21 +154,5 @@ def make_file_encoder(response_format: str, sample_rate: int) -> Encoder:
 
 
 def encode_whole_file(s16: bytes, rate: int, fmt: str) -> bytes:
-    """A whole mono s16le recording as one MP3 or FLAC file.
-
-    Unlike the streaming encoders, the muxer may seek back here, so MP3 gets its
-    LAME/Info header and decoders trim the encoder delay exactly.
-    """
-    codec = {"mp3": "libmp3lame", "flac": "flac"}[fmt]
-    out = io.BytesIO()
-    with av.open(out, "w", format=fmt) as container:
-        stream = container.add_stream(codec, rate=rate, layout="mono")
-        samples = np.frombuffer(s16, np.int16)
-        if len(samples):
-            frame = av.AudioFrame.from_ndarray(samples[None, :], format="s16", layout="mono")
-            frame.sample_rate = rate
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return out.getvalue()
+    """A whole mono s16le recording as one ``fmt`` file, lengths in its header."""
+    return encode_samples(np.frombuffer(s16, "<i2"), rate, fmt)

@@ -112,10 +112,13 @@ def make_output(
     return OutputStage(make_encoder(fmt, opus_complexity=opus_complexity), input_rate)
 
 
-def make_file_output(response_format: str, input_rate: int, sample_rate: int) -> OutputStage:
-    """The stage for one HTTP `response_format` file at `sample_rate`; raises
-    ValueError for a format or rate the file format does not allow."""
-    return OutputStage(make_file_encoder(response_format, sample_rate), input_rate)
+def make_file_output(
+    response_format: str, input_rate: int, sample_rate: int, *, whole: bool = False
+) -> OutputStage:
+    """The stage for one HTTP `response_format` file at `sample_rate` (`whole`: the
+    file comes out at the end, with its true length); raises ValueError for a
+    format or rate the file format does not allow."""
+    return OutputStage(make_file_encoder(response_format, sample_rate, whole), input_rate)
 
 
 __all__ = ["AudioFormat", "AudioFormatError", "OutputStage", "make_file_output", "make_output"]

@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 
+import numpy as np
+
 from models.base import ModelInputError, Prepared, SynthParams
 from voiceserver.engine.core import EngineCore
 from voiceserver.engine.messages import (
@@ -40,11 +42,13 @@ from voiceserver.engine.messages import (
     Ready,
     Register,
     Throttle,
+    WordTimings,
 )
+from voiceserver.engine.words import TimedWords, WordTable
 
 log = logging.getLogger(__name__)
 
-OnEvent = Callable[[EngineEvent], None]
+OnEvent = Callable[[EngineEvent | TimedWords], None]
 
 
 class Overloaded(Exception):
@@ -74,16 +78,31 @@ class EngineClient:
         self.refused = 0
 
     def open(
-        self, params: SynthParams, on_event: OnEvent, max_lead_s: float | None = None
+        self,
+        params: SynthParams,
+        on_event: OnEvent,
+        max_lead_s: float | None = None,
+        *,
+        word_timestamps: bool = False,
+        first_chunk_frames: int | None = None,
     ) -> ContextHandle:
-        """A new context (its ``params`` validated already); raises Overloaded."""
+        """A new context (its ``params`` validated already); raises Overloaded.
+
+        ``word_timestamps``: deliver :class:`TimedWords` events before the audio
+        they describe, when the model can align this context's words
+        (``ContextHandle.aligns_words`` says whether it can).
+        ``first_chunk_frames``: frames in the first vocoder chunk, from 1 to
+        ``EngineConfig.max_chunk_frames`` (0 or None: the engine's default);
+        ModelInputError naming the field otherwise."""
+        first_chunk = self._first_chunk(first_chunk_frames)
         cid = self.engine.reserve()
         if cid is None:
             self.refused += 1
             raise Overloaded("the engine is at capacity; retry in a moment")
         self.opened += 1
-        self.engine.submit(Register(cid, self._id, max_lead_s))
-        handle = ContextHandle(self, cid, on_event)
+        self.engine.submit(Register(cid, self._id, max_lead_s, first_chunk))
+        words = WordTable() if word_timestamps and self.runner.aligns_words(params) else None
+        handle = ContextHandle(self, cid, on_event, words)
         self._handles[cid] = handle
         if self.runner.prepares_inline:
             outcome = self._prepare(cid, params)
@@ -96,6 +115,19 @@ class EngineClient:
             )
         return handle
 
+    def _first_chunk(self, frames: int | None) -> int | None:
+        if frames is None or frames == 0:
+            return None
+        most = self.engine.config.max_chunk_frames
+        if isinstance(frames, bool) or not isinstance(frames, int) or not 1 <= frames <= most:
+            raise ModelInputError(
+                f"first_chunk_frames must be an integer from 1 to {most} (0 or none: the "
+                f"server's default, {self.engine.config.first_chunk_frames}), got {frames!r}",
+                param="first_chunk_frames",
+                code="invalid_field",
+            )
+        return frames
+
     def _prepare(self, cid: int, params: SynthParams) -> Prepared | ContextFailed:
         try:
             prepared = self.runner.prepare(params)
@@ -107,16 +139,27 @@ class EngineClient:
         self.engine.submit(Ready(cid, prepared))
         return prepared
 
-    def _encode(self, cid: int, text: str, flush_id: int | None) -> ContextFailed | None:
+    def _encode(
+        self, cid: int, text: str, flush_id: int | None, words: WordTable | None, offset: int
+    ) -> ContextFailed | None:
+        located: tuple[np.ndarray, ...] = ()
         try:
-            units = tuple(self.runner.encode_text(text)) if text else ()
+            if not text:
+                units: tuple[np.ndarray, ...] = ()
+            elif words is None:
+                units = tuple(self.runner.encode_text(text))
+            else:
+                aligned = self.runner.encode_aligned(text)
+                units = tuple(aligned.units)
+                first = words.add(text, offset, aligned.spans)
+                located = tuple(_renumbered(table, first) for table in aligned.words)
         except ModelInputError as exc:
             return ContextFailed(cid, exc.code, str(exc), exc.param)
         except Exception as exc:
             log.exception("encoding text failed")
             return ContextFailed(cid, "internal_error", f"text frontend failed: {exc}")
         if units or flush_id is not None:
-            self.engine.submit(AppendUnits(cid, units, flush_id))
+            self.engine.submit(AppendUnits(cid, units, flush_id, located))
         return None
 
     def _text_job(self, handle: ContextHandle, job: Callable[[], ContextFailed | None]) -> None:
@@ -163,6 +206,11 @@ class EngineClient:
                 handle.ended = True
             if isinstance(event, ContextReleased):
                 continue  # the front end forgot the context when it cancelled
+            if isinstance(event, WordTimings):
+                timed = handle.words.timed(event) if handle.words is not None else None
+                if timed is not None:
+                    handle.on_event(timed)
+                continue
             handle.on_event(event)
 
     @property
@@ -170,27 +218,50 @@ class EngineClient:
         return len(self._handles)
 
 
+def _renumbered(table: np.ndarray, first: int) -> np.ndarray:
+    """A unit's ``(word, first id, end id)`` rows with words counted over the context."""
+    out = np.array(table, np.int64).reshape(-1, 3)
+    out[:, 0] += first
+    return out
+
+
 class ContextHandle:
     """One context, from the front end's side. Calls are made on the event loop."""
 
-    def __init__(self, client: EngineClient, cid: int, on_event: OnEvent) -> None:
+    def __init__(
+        self, client: EngineClient, cid: int, on_event: OnEvent, words: WordTable | None = None
+    ) -> None:
         self.client = client
         self.cid = cid
         self.on_event = on_event
+        self.words = words
+        """The context's words so far, when it gets word timing."""
         self.ended = False
         self._failed = False
+        self._text_end = 0
+        """Characters of the context's text appended so far (where the next piece starts
+        unless the caller says otherwise)."""
+
+    @property
+    def aligns_words(self) -> bool:
+        """The context gets :class:`TimedWords` events (it asked, and the model can)."""
+        return self.words is not None
 
     def prepared(self, outcome: Prepared | ContextFailed) -> None:
         if isinstance(outcome, ContextFailed):
             self.fail(outcome)
 
-    def append(self, text: str, flush_id: int | None = None) -> None:
+    def append(self, text: str, flush_id: int | None = None, offset: int | None = None) -> None:
         """Text (already cut into pieces the model takes whole); ``flush_id`` asks
-        for an acknowledgement once everything sent so far has been spoken."""
+        for an acknowledgement once everything sent so far has been spoken.
+        ``offset``: where ``text`` starts in the context's whole text as the client
+        sent it (word timestamps index that text); None: right after the last piece."""
         if self._failed:
             return
-        client = self.client
-        client._text_job(self, lambda: client._encode(self.cid, text, flush_id))
+        start = self._text_end if offset is None else offset
+        self._text_end = start + len(text)
+        client, words = self.client, self.words
+        client._text_job(self, lambda: client._encode(self.cid, text, flush_id, words, start))
 
     def close_input(self) -> None:
         if self._failed:

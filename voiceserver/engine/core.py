@@ -44,6 +44,7 @@ from voiceserver.engine.messages import (
     Register,
     Shutdown,
     Throttle,
+    WordTimings,
 )
 from voiceserver.engine.scheduler import ARScheduler
 from voiceserver.engine.vocoder_loop import VocoderLoop, VocoderLoopConfig
@@ -90,9 +91,12 @@ class _Context:
     cid: int
     client: int
     lead: float | None
+    first_chunk: int | None = None
     prepared: Prepared | None = None
     units: list[np.ndarray] = field(default_factory=list)
     """Input that arrived before the context had a slot."""
+    words: list[np.ndarray] = field(default_factory=list)
+    """Where the words of ``units`` are, for a context that gets word timing."""
     closed: bool = False
     slot: int | None = None
     stream: int | None = None
@@ -105,6 +109,7 @@ class _Context:
 class _PendingFeed:
     units: list[np.ndarray] = field(default_factory=list)
     close: bool = False
+    words: list[np.ndarray] = field(default_factory=list)
 
 
 class EngineCore:
@@ -269,7 +274,9 @@ class EngineCore:
                 if message.cid not in self._unregistered:
                     return  # retracted before we got to it
                 self._unregistered.discard(message.cid)
-            self._contexts[message.cid] = _Context(message.cid, message.client, message.max_lead_s)
+            self._contexts[message.cid] = _Context(
+                message.cid, message.client, message.max_lead_s, message.first_chunk_frames
+            )
             return
         ctx = self._contexts.get(message.cid)
         if ctx is None:
@@ -279,10 +286,13 @@ class EngineCore:
             self.scheduler.enqueue(ctx.cid, ctx.lead)
         elif isinstance(message, AppendUnits):
             if ctx.slot is not None:
-                self._feeds.setdefault(ctx.slot, _PendingFeed()).units.extend(message.units)
+                pending = self._feeds.setdefault(ctx.slot, _PendingFeed())
+                pending.units.extend(message.units)
+                pending.words.extend(message.words)
                 self.scheduler.set_ready(ctx.slot)
             else:
                 ctx.units.extend(message.units)
+                ctx.words.extend(message.words)
             if message.flush_id is not None:
                 ctx.flushes.append(message.flush_id)
                 if ctx.stream is not None:
@@ -345,11 +355,11 @@ class EngineCore:
         self._stream_of_slot[slot] = stream
         self._by_stream[stream] = ctx
         assert ctx.prepared is not None
-        self.vocoder.open(stream, ctx.prepared.conditioning, ctx.lead)
+        self.vocoder.open(stream, ctx.prepared.conditioning, ctx.lead, ctx.first_chunk)
         self._admits.append(Admit(slot, ctx.prepared))
         if ctx.units or ctx.closed:
-            self._feeds[slot] = _PendingFeed(ctx.units, ctx.closed)
-            ctx.units = []
+            self._feeds[slot] = _PendingFeed(ctx.units, ctx.closed, ctx.words)
+            ctx.units, ctx.words = [], []
         if ctx.flushes:
             self._watch.add(stream)
 
@@ -358,7 +368,9 @@ class EngineCore:
         plan = StepPlan(
             free=np.asarray(self._free_slots_next, np.int64),
             admit=tuple(self._admits),
-            feed=tuple(Feed(s, tuple(f.units), f.close) for s, f in self._feeds.items()),
+            feed=tuple(
+                Feed(s, tuple(f.units), f.close, tuple(f.words)) for s, f in self._feeds.items()
+            ),
             step=slots,
         )
         self._free_slots_next, self._admits, self._feeds = [], [], {}
@@ -388,6 +400,8 @@ class EngineCore:
             capped = (self.ring.produced[streams] + result.counts >= self._max_frames) & ~finished
             finished |= capped
             hit_limit |= capped
+        if result.words is not None and len(result.words.row):
+            self._post_words(streams, result)
         self.ring.append(streams, result.counts, result.frames, result.unit_end | finished)
         audio_s = result.counts * self._frame_s
         self.scheduler.update(slots, audio_s, finished, result.waiting, now)
@@ -401,6 +415,29 @@ class EngineCore:
             self._free_slot(ctx)
             self._watch.add(int(streams[row]))
         return float(made.mean()) if len(made) else 0.0
+
+    def _post_words(self, streams: np.ndarray, result: StepResult) -> None:
+        """The step's word timing, in audio time, ahead of any audio of these frames
+        (they are decoded after this step's events were queued)."""
+        words = result.words
+        assert words is not None
+        frame_s = self._frame_s
+        order = np.argsort(words.row, kind="stable")
+        rows = words.row[order]
+        cuts = np.flatnonzero(np.diff(rows)) + 1
+        for part in np.split(order, cuts):
+            ctx = self._by_stream[streams[words.row[part[0]]]]
+            if ctx is None:
+                continue
+            self._emit(
+                ctx,
+                WordTimings(
+                    ctx.cid,
+                    words.index[part],
+                    words.start[part] * frame_s,
+                    words.end[part] * frame_s,
+                ),
+            )
 
     def _vocoder_step(self, horizon: float | None = None) -> bool:
         starved = np.ones(len(self._by_stream), bool)

@@ -28,6 +28,8 @@ class Register:
     max_lead_s: float | None = None
     """How far ahead of real-time playout the context may run; None: the engine's
     default (live streams). File requests pass a larger value."""
+    first_chunk_frames: int | None = None
+    """Frames in the context's first vocoder chunk; None: ``EngineConfig.first_chunk_frames``."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class AppendUnits:
     cid: int
     units: tuple[np.ndarray, ...]
     flush_id: int | None = None
+    words: tuple[np.ndarray, ...] = ()
+    """Per unit, where its words are (``models.base.Feed.words``); empty unless the
+    context asked for word timing."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,22 @@ class AudioChunk:
 
 
 @dataclass(frozen=True)
+class WordTimings:
+    """Word timing in audio time: word ``index[i]`` of the context (counted from 0
+    in the order its text arrived) is heard from ``start_s[i]`` to ``end_s[i]``
+    seconds after the context's first sample. Posted no later than the audio
+    it describes (before the chunk holding the word's first sample)."""
+
+    cid: int
+    index: np.ndarray
+    """int64"""
+    start_s: np.ndarray
+    """float64"""
+    end_s: np.ndarray
+    """float64"""
+
+
+@dataclass(frozen=True)
 class ContextFailed:
     cid: int
     code: str
@@ -104,7 +125,7 @@ class ContextReleased:
     cid: int
 
 
-EngineEvent = AudioChunk | ContextFailed | ContextReleased
+EngineEvent = AudioChunk | WordTimings | ContextFailed | ContextReleased
 
 
 @dataclass(frozen=True)

@@ -53,12 +53,26 @@ class VocoderLoop:
         self.lead = np.full(streams, config.max_lead_s)
         self.state: list[Any] = [None] * streams
 
-    def open(self, stream: int, conditioning: Any, max_lead_s: float | None = None) -> None:
+    def open(
+        self,
+        stream: int,
+        conditioning: Any,
+        max_lead_s: float | None = None,
+        first_chunk_frames: int | None = None,
+    ) -> None:
+        """Start a stream; ``first_chunk_frames`` (from 1 to ``max_chunk_frames``)
+        overrides the config's first chunk size for it."""
+        if first_chunk_frames and not 1 <= first_chunk_frames <= self.config.max_chunk_frames:
+            raise ValueError(
+                f"first_chunk_frames must be from 1 to {self.config.max_chunk_frames}, "
+                f"got {first_chunk_frames}"
+            )
+        first = first_chunk_frames or self.config.first_chunk_frames
         self.ring.reset(stream)
         self.active[stream] = True
         self.paused[stream] = False
         self.emitted[stream] = 0
-        self.chunk[stream] = self.config.first_chunk_frames
+        self.chunk[stream] = first
         self.first_emit[stream] = np.nan
         self.emitted_s[stream] = 0.0
         self.lead[stream] = self.config.max_lead_s if max_lead_s is None else max_lead_s

@@ -17,6 +17,8 @@ Items run concurrently on the engine; a bad item fails alone. The batch as a
 whole fails (OpenAI-shaped error) only for a bad body, a bad ``items``
 list, an unknown ``model`` (404) or a missing key (401). A client that leaves
 cancels every item at once (their engine contexts are freed; nothing is kept).
+Every item is a whole file with its true length in its header (see
+``voiceserver.audio.whole_file``; ``aac`` items are M4A, ``audio/mp4``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 
 from models.base import ModelInputError
 from protocol.errors import ErrorCode
-from voiceserver.audio.containers import MEDIA_TYPES
+from voiceserver.audio.containers import media_type
 from voiceserver.http.errors import (
     ApiError,
     check_auth,
@@ -47,6 +49,7 @@ from voiceserver.http.guard import (
     client_gone_response,
 )
 from voiceserver.http.speech import (
+    load_ref_audio,
     normalize_aliases,
     parse_speech_request,
     read_json_object,
@@ -55,6 +58,7 @@ from voiceserver.http.speech import (
     shutting_down,
     synthesize,
 )
+from voiceserver.names import is_openai_model
 from voiceserver.runtime import Runtime
 
 DEFAULT_BATCH_FORMAT = "wav"
@@ -89,7 +93,8 @@ async def _run_item(
     rt: Runtime, index: int, defaults: Mapping[str, Any], item: Mapping[str, Any]
 ) -> dict[str, Any]:
     try:
-        request = parse_speech_request(rt, merge_item(defaults, item), DEFAULT_BATCH_FORMAT)
+        merged = await load_ref_audio(rt, merge_item(defaults, item))
+        request = parse_speech_request(rt, merged, DEFAULT_BATCH_FORMAT, whole_file=True)
         audio, usage = await synthesize(rt, request)
     except ApiError as err:
         return {
@@ -106,7 +111,7 @@ async def _run_item(
         "index": index,
         "status": "success",
         "audio_data": base64.b64encode(audio).decode("ascii"),
-        "media_type": MEDIA_TYPES[request.response_format],
+        "media_type": media_type(request.response_format, whole=True),
         "error": None,
         "param": None,
         "code": None,
@@ -136,11 +141,10 @@ async def _batch(request: Request, request_id: str, rt: Runtime) -> Response:
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise invalid("model", "must be a string")
-        if model is not None and model not in rt.model_names:
+        if model is not None and not is_openai_model(model) and model not in rt.model_names:
             raise from_model_error(
                 ModelInputError(
-                    f"unknown model {model!r}; this server serves: "
-                    + ", ".join(sorted(rt.model_names)),
+                    f"unknown model {model!r}; this server serves: " + ", ".join(rt.model_names),
                     param="model",
                     code=ErrorCode.UNKNOWN_MODEL,
                 )

@@ -31,23 +31,31 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def list_models(request: Request) -> JSONResponse:
+    """Every name the model answers to, one entry each (as vLLM lists its served
+    names), the first being the primary one; ``root`` is the config name."""
     rt = _runtime(request)
     caps = rt.model.capabilities
+    details = {
+        "family": caps.family,
+        "sample_rate": caps.sample_rate,
+        "voices": [v.name for v in caps.voices],
+        "languages": list(caps.languages),
+        "task_types": list(rt.tasks.tasks),
+        "streaming_text": caps.streaming_text,
+    }
     return JSONResponse(
         {
             "object": "list",
             "data": [
                 {
-                    "id": rt.model_config.name,
+                    "id": name,
                     "object": "model",
                     "created": int(rt.started_at),
                     "owned_by": "voiceserver",
-                    "family": caps.family,
-                    "sample_rate": caps.sample_rate,
-                    "voices": [v.name for v in caps.voices],
-                    "languages": list(caps.languages),
-                    "streaming_text": caps.streaming_text,
+                    "root": rt.model_config.name,
+                    **details,
                 }
+                for name in rt.model_names
             ],
         }
     )

@@ -4,18 +4,25 @@ What clients send (checked against OpenAI's API reference as the ``openai``
 package 3.x documents it, and vllm-omni's ``OpenAICreateSpeechRequest`` at
 commit 0131cb5, ``vllm_omni/entrypoints/openai/protocol/audio.py``):
 
-- OpenAI: ``model`` (required there, optional here: an unknown one is a 404),
+- OpenAI: ``model`` (required there, optional here: any name the model answers
+  to, see ``voiceserver.names``, or one of OpenAI's ``tts-1``, ``tts-1-hd``,
+  ``gpt-4o-mini-tts``, which mean the served model; an unknown one is a 404),
   ``input`` (OpenAI caps it at 4096 characters; here
-  ``limits.max_text_chars``), ``voice`` (a name, or ``{"id": name}``),
+  ``limits.max_text_chars``), ``voice`` (a name, or ``{"id": name}``; OpenAI's
+  voice names speak in the voice ``ModelConfig.openai_voices`` maps them to,
+  by default the model's default voice),
   ``instructions``, ``response_format`` (mp3 | opus | aac | flac | wav | pcm,
   default mp3), ``speed`` (0.25..4.0, default 1.0), ``stream_format``
   (audio | sse; OpenAI refuses sse only for its older models, not per format).
 - vllm-omni: ``speaker`` (alias of ``voice``), ``sample_rate`` (output rate),
-  ``language``, ``task_type`` (CustomVoice | VoiceDesign | Base), ``ref_audio``,
+  ``language`` (any spelling, ``voiceserver.languages``), ``task_type``
+  (CustomVoice | VoiceDesign | Base, checked against the loaded variant by
+  ``voiceserver.params``), ``ref_audio`` (base64 or a data: URI; a path,
+  ``file://`` URI or URL only as ``ServerConfig.media`` allows),
   ``ref_text``, ``x_vector_only_mode``, ``speaker_embedding``, ``seed``,
   ``max_new_tokens``, ``non_streaming_mode``, ``initial_codec_chunk_frames``,
   ``extra_params`` (an object of model-specific settings), ``stream`` (true
-  with no ``stream_format`` selects SSE). Fields vllm-omni does not know are
+  with no ``stream_format`` selects SSE; false asks for one whole file). Fields vllm-omni does not know are
   ignored there (pydantic drops them) and here too.
 
 Model-specific extras go into ``SynthParams.extra`` under the names the model
@@ -24,7 +31,9 @@ families read (``x_vector_only_mode`` -> ``x_vector_only``,
 go there as well, the explicit fields winning. ``initial_codec_chunk_frames``
 is accepted and ignored: chunk sizes are engine configuration here.
 
-Every response streams: ``stream_format=audio`` sends the file's bytes in a
+A response streams unless ``stream`` is false: then the whole file is sent with
+its length and its true sizes in its header (``voiceserver.audio.whole_file``;
+``aac`` comes as M4A then). ``stream_format=audio`` sends the file's bytes in a
 chunked body as they are encoded; ``sse`` sends
 ``data: {"type": "speech.audio.delta", "audio": <base64>}`` events carrying
 the same bytes, then ``data: {"type": "speech.audio.done", "usage":
@@ -36,6 +45,8 @@ failure after the headers went out ends an audio body without its last chunk
 (the client sees a truncated transfer) and an SSE stream with a
 ``speech.audio.error`` event (vllm-omni's name) carrying the error object.
 
+What a request asked for that is ignored (a ``voice`` on a variant without
+named voices) comes back in a ``Warning: 299 - "..."`` header and the log.
 Headers are sent once the first audio exists, so errors that the engine finds
 while starting (voice, reference audio) still get a proper status. Every
 response carries ``x-request-id`` (the client's, or a new one).
@@ -71,9 +82,9 @@ from protocol.validation import check_text
 from voiceserver.audio.containers import (
     DEFAULT_RESPONSE_FORMAT,
     DEFAULT_SAMPLE_RATE,
-    MEDIA_TYPES,
     RESPONSE_FORMATS,
     SAMPLE_RATES,
+    media_type,
 )
 from voiceserver.audio.pipeline import make_file_output
 from voiceserver.engine.client import Overloaded
@@ -92,16 +103,18 @@ from voiceserver.http.guard import (
     cancel_on_disconnect,
     client_gone_response,
 )
+from voiceserver.media import load_named_media
+from voiceserver.names import is_openai_model, openai_voice
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.utterance import Utterance, UtteranceError
+from voiceserver.tasks import TASK_TYPES
 from voiceserver.transport.connection import abort_connection
 
 log = logging.getLogger(__name__)
 
 STREAM_FORMATS = ("audio", "sse")
-TASK_TYPES = ("CustomVoice", "VoiceDesign", "Base")
 SPEED_RANGE = (0.25, 4.0)
 MAX_BODY_BYTES = 16 << 20
 """Largest request body (vllm-omni caps reference audio at 10 MB)."""
@@ -175,6 +188,11 @@ class SpeechRequest:
     response_format: str
     sample_rate: int
     stream_format: str
+    whole_file: bool = False
+    """One whole file with its true length in its header (``stream: false``,
+    batch items) instead of a stream."""
+    warnings: tuple[str, ...] = ()
+    """What the request asked for that is ignored (sent as ``Warning`` headers)."""
 
 
 class _Fields:
@@ -268,9 +286,14 @@ def normalize_aliases(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_speech_request(
-    rt: Runtime, body: Mapping[str, Any], default_format: str = DEFAULT_RESPONSE_FORMAT
+    rt: Runtime,
+    body: Mapping[str, Any],
+    default_format: str = DEFAULT_RESPONSE_FORMAT,
+    *,
+    whole_file: bool = False,
 ) -> SpeechRequest:
-    """Validate one request body; raises ApiError naming the field and what is allowed."""
+    """Validate one request body; raises ApiError naming the field and what is allowed.
+    ``whole_file``: the answer is one whole file (batch items), whatever ``stream`` says."""
     fields = _Fields(normalize_aliases(body))
     caps = rt.model.capabilities
     limit = rt.server.limits.max_text_chars
@@ -285,6 +308,13 @@ def parse_speech_request(
     response_format = fields.choice("response_format", RESPONSE_FORMATS, default_format)
     stream = fields.boolean("stream")
     stream_format = fields.choice("stream_format", STREAM_FORMATS, "sse" if stream else "audio")
+    if stream is False and stream_format == "sse":
+        raise invalid(
+            "stream",
+            "false asks for one whole file, stream_format sse for a stream of events;"
+            " drop one of them",
+        )
+    whole_file = whole_file or stream is False
     rates = SAMPLE_RATES[response_format]
     sample_rate = fields.integer("sample_rate", 1, 1 << 30)
     if sample_rate is None:
@@ -311,26 +341,49 @@ def parse_speech_request(
             ErrorCode.UNSUPPORTED_VALUE,
         )
 
+    model = fields.string("model")
+    if is_openai_model(model):
+        model = None  # OpenAI's model names mean the served model here
     voice = fields.string("voice")
     if voice is not None:
-        names = {v.name.lower(): v.name for v in caps.voices}
-        voice = voice if voice in names.values() else names.get(voice.lower(), voice)
-    language = fields.string("language")
-    if language is not None and language.lower() == "auto":
-        language = None  # vllm-omni's "Auto": the model's own default
+        names = [v.name for v in caps.voices]
+        by_key = {name.lower(): name for name in names}
+        voice = voice if voice in names else by_key.get(voice.lower(), voice)
+        voice = openai_voice(voice, tuple(names), dict(rt.model_config.openai_voices))
+    task_type = None
+    if fields.present("task_type"):
+        task_type = fields.choice("task_type", TASK_TYPES, "")
+    warnings: list[str] = []
     try:
         params = resolve_params(
             rt,
-            model=fields.string("model"),
+            model=model,
             voice=voice,
-            language=language,
+            language=fields.string("language"),
             speed=speed,
             instructions=instructions,
             extra=_model_extras(fields),
+            task_type=task_type,
+            warnings=warnings,
         )
     except ModelInputError as err:
         raise from_model_error(err) from None
-    return SpeechRequest(text, params, response_format, sample_rate, stream_format)
+    return SpeechRequest(
+        text, params, response_format, sample_rate, stream_format, whole_file, tuple(warnings)
+    )
+
+
+async def load_ref_audio(rt: Runtime, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``body`` with a ``ref_audio`` path, ``file://`` URI or URL replaced by the
+    file's bytes (read in a worker thread, within ``ServerConfig.media``); models
+    that take no reference audio never cause a read."""
+    value = body.get("ref_audio")
+    accepted = any(f.name == "ref_audio" for f in rt.model.capabilities.request_fields)
+    try:
+        data = await load_named_media(value, rt.server.media, accepted)
+    except ModelInputError as err:
+        raise from_model_error(err) from None
+    return body if data is value else {**body, "ref_audio": data}
 
 
 # Request fields that name a model setting differently (vllm-omni's), and how.
@@ -357,8 +410,6 @@ def _model_extras(fields: _Fields) -> dict[str, Any]:
         if not isinstance(extra_params, dict):
             raise invalid("extra_params", f"must be an object, got {_kind(extra_params)}")
         extra.update(extra_params)
-    if fields.present("task_type"):
-        extra["task_type"] = fields.choice("task_type", TASK_TYPES, "")
     if fields.present("ref_text"):
         extra["ref_text"] = fields.text("ref_text", INSTRUCTIONS_MAX_LEN)
     for key in _MODEL_KEYS:
@@ -399,7 +450,7 @@ class SpeechStream:
 
     @property
     def media_type(self) -> str:
-        return MEDIA_TYPES[self.request.response_format]
+        return media_type(self.request.response_format, self.request.whole_file)
 
     async def start(self) -> None:
         """Open the engine context and wait for its first audio; raises ApiError
@@ -408,7 +459,11 @@ class SpeechStream:
         rate = self.rt.model.capabilities.sample_rate
         # Opening a codec and muxer (mp3, Ogg...) is codec work too: off the loop.
         build = self.rt.encode_pool.submit(
-            make_file_output, request.response_format, rate, request.sample_rate
+            make_file_output,
+            request.response_format,
+            rate,
+            request.sample_rate,
+            whole=request.whole_file,
         )
         self._output = ContextOutput(await asyncio.wrap_future(build), self.rt.encode_pool)
         if self._closed:  # closed while the stage was being built
@@ -555,7 +610,10 @@ async def speech(request: Request) -> Response:
         check_auth(request, rt.server.api_keys)
         if rt.lifecycle.draining:
             raise shutting_down()
-        speech_request = parse_speech_request(rt, await read_json_object(request))
+        body = await cancel_on_disconnect(
+            request, load_ref_audio(rt, await read_json_object(request))
+        )
+        speech_request = parse_speech_request(rt, body)
         stream = SpeechStream(rt, speech_request)
         await cancel_on_disconnect(request, stream.start())
     except ApiError as err:
@@ -567,8 +625,45 @@ async def speech(request: Request) -> Response:
     except BaseException:
         guard.release()
         raise
-    headers = {"x-request-id": request_id, "cache-control": "no-store"}
+    if speech_request.whole_file:
+        return await _whole_file(request, request_id, rt, stream, speech_request, guard)
+    headers = response_headers(request_id, speech_request)
     if speech_request.stream_format == "sse":
         headers["x-accel-buffering"] = "no"  # proxies must not hold events back
         return SpeechResponse(stream, _sse_body(stream), "text/event-stream", headers, guard)
     return SpeechResponse(stream, stream.chunks(), stream.media_type, headers, guard)
+
+
+def response_headers(request_id: str, request: SpeechRequest) -> dict[str, str]:
+    headers = {"x-request-id": request_id, "cache-control": "no-store"}
+    if request.warnings:
+        # RFC 9111's Warning shape (299: a miscellaneous persistent warning), ASCII-safe.
+        text = "; ".join(request.warnings)
+        headers["warning"] = '299 - "' + ascii(text)[1:-1].replace('"', "'") + '"'
+    return headers
+
+
+async def _whole_file(
+    request: Request,
+    request_id: str,
+    rt: Runtime,
+    stream: SpeechStream,
+    speech_request: SpeechRequest,
+    guard: RequestGuard,
+) -> Response:
+    """The whole file in one body with its length (``stream: false``)."""
+
+    async def collect() -> bytes:
+        return b"".join([part async for part in stream.chunks()])
+
+    try:
+        data = await cancel_on_disconnect(request, collect())
+    except ApiError as err:
+        return error_response(err, request_id, rt.metrics, "http")
+    except ClientGone:
+        return client_gone_response()
+    finally:
+        stream.close()
+        guard.release()
+    headers = response_headers(request_id, speech_request)
+    return Response(data, media_type=stream.media_type, headers=headers)

@@ -37,11 +37,12 @@ from protocol.events import (
     SettingsUpdated,
     TextAppended,
 )
-from protocol.messages import ContextSettings, Usage
+from protocol.messages import ContextSettings, Usage, WordTimestamp
 from protocol.session import ServerSession
 from voiceserver.audio import AudioFormat, make_output
 from voiceserver.engine.client import Overloaded
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
+from voiceserver.engine.words import TimedWords
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.context import LiveContext
@@ -200,7 +201,9 @@ class SpeechSession:
                 seg_config = replace(seg_config, max_delay_ms=buffer.max_delay_ms)
             segmenter = TextSegmenter(seg_config)
         try:
-            handle = self.rt.client.open(params, self._on_engine_event)
+            handle = self.rt.client.open(
+                params, self._on_engine_event, word_timestamps=settings.timestamps == "word"
+            )
         except Overloaded as exc:
             stage.close()
             self._reject(event, ProtocolError(ErrorCode.OVERLOADED, f"{exc}"))
@@ -213,11 +216,12 @@ class SpeechSession:
         self._contexts[ctx.context_id] = ctx
         self._by_cid[handle.cid] = ctx
         self._put_text(self.proto.context_created(ctx.context_id), ctx, opens=True)
-        if settings.timestamps == "word":
+        if settings.timestamps == "word" and not handle.aligns_words:
             self._put_text(
                 self.proto.warning_message(
                     ErrorCode.UNSUPPORTED_VALUE,
-                    "word timestamps are not available for this model; none will be sent",
+                    "word timestamps are not available for this model with these settings;"
+                    " none will be sent for this context",
                     ctx.context_id,
                 ),
                 ctx,
@@ -261,7 +265,7 @@ class SpeechSession:
 
     def _submit_segments(self, ctx: LiveContext, segments: list[Segment]) -> None:
         for segment in segments:
-            ctx.handle.append(segment.text)
+            ctx.handle.append(segment.text, offset=segment.char_start)
 
     def _arm_timer(self, ctx: LiveContext) -> None:
         ctx.cancel_timer()
@@ -279,30 +283,31 @@ class SpeechSession:
         self._submit_segments(ctx, ctx.segmenter.poll(time.monotonic()))
         self._arm_timer(ctx)
 
-    def _take_buffered(self, ctx: LiveContext) -> list[str]:
-        """Everything the context still buffers, as pieces of bounded size."""
+    def _take_buffered(self, ctx: LiveContext) -> list[tuple[str, int | None]]:
+        """Everything the context still buffers, as pieces of bounded size, each with
+        its offset in the context's text (None: right after the previous piece)."""
         ctx.cancel_timer()
         if ctx.words is not None:
-            return ctx.words.flush()
+            return [(piece, None) for piece in ctx.words.flush()]
         assert ctx.segmenter is not None
-        return [segment.text for segment in ctx.segmenter.flush()]
+        return [(segment.text, segment.char_start) for segment in ctx.segmenter.flush()]
 
     def _flush(self, ctx: LiveContext, flush_id: str | None) -> None:
         if ctx.gone:
             return
         engine_flush = next(self._flush_ids)
         ctx.flush_names[engine_flush] = flush_id
-        *pieces, last = self._take_buffered(ctx) or [""]
-        for piece in pieces:
-            ctx.handle.append(piece)
-        ctx.handle.append(last, engine_flush)
+        *pieces, (last, offset) = self._take_buffered(ctx) or [("", None)]
+        for piece, at in pieces:
+            ctx.handle.append(piece, offset=at)
+        ctx.handle.append(last, engine_flush, offset)
 
     def _end(self, ctx: LiveContext) -> None:
         if ctx.gone or ctx.ended:
             return
         ctx.ended = True
-        for piece in self._take_buffered(ctx):
-            ctx.handle.append(piece)
+        for piece, offset in self._take_buffered(ctx):
+            ctx.handle.append(piece, offset=offset)
         ctx.handle.close_input()
 
     def _cancel(self, context_id: str) -> None:
@@ -327,11 +332,28 @@ class SpeechSession:
 
     # -- engine events (on the event loop) -----------------------------------
 
-    def _on_engine_event(self, event: EngineEvent) -> None:
+    def _on_engine_event(self, event: EngineEvent | TimedWords) -> None:
         ctx = self._by_cid.get(event.cid)
         if ctx is None or ctx.gone or self.closed:
             return
-        if isinstance(event, AudioChunk):
+        if isinstance(event, TimedWords):
+            # Queued ahead of the audio chunks that follow it: sent before their audio.
+            words = [
+                WordTimestamp(
+                    text=w.text,
+                    start_ms=w.start_ms,
+                    end_ms=w.end_ms,
+                    char_start=w.char_start,
+                    char_end=w.char_end,
+                )
+                for w in event.words
+            ]
+            try:
+                message = self.proto.timestamps_message(ctx.context_id, words)
+            except ProtocolError:
+                return  # the context is being cancelled: nothing more for it
+            self._put_text(message, ctx)
+        elif isinstance(event, AudioChunk):
             self._outbox.put((ctx, event), event.pcm.nbytes, ctx)
             self._check_budget()
         elif isinstance(event, ContextFailed):

@@ -7,6 +7,12 @@ float32 chunks through an asyncio queue. The queue is bounded: above
 ``Limits.stream_ahead_s`` of audio not yet taken by the consumer the engine
 pauses the context, and resumes it once half of that is taken, so a client
 that reads slowly costs memory for that much audio, never for the whole file.
+
+With ``word_timestamps`` (on a model that can align this context: see
+``aligns_words``) the words' timing is collected as it arrives, always ahead
+of the audio it describes: after :meth:`Utterance.events` yields a chunk,
+:meth:`Utterance.take_words` holds every word that starts in the audio yielded
+so far (and possibly later ones).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import AsyncIterator
 
 from models.base import SynthParams
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
+from voiceserver.engine.words import TimedWord, TimedWords
 from voiceserver.metrics import RequestTracker
 from voiceserver.runtime import Runtime
 from voiceserver.text.segmenter import TextSegmenter
@@ -38,20 +45,27 @@ class Utterance:
         endpoint: str = "http",
         live: bool = False,
         tracker: RequestTracker | None = None,
+        *,
+        word_timestamps: bool = False,
+        first_chunk_frames: int | None = None,
     ) -> None:
         """``split``: ``auto`` (clause/sentence segmentation), ``sentence`` (only
         sentence ends) or ``none`` (everything waits for flush/end). ``endpoint``
         labels this request's metrics (or pass the request's ``tracker``). ``live``:
         a listener plays the audio as it comes, so it is paced at real time beyond
         the engine's lead; otherwise (files) it runs ahead as fast as the device
-        allows. Raises Overloaded when the engine cannot take it now."""
+        allows. ``word_timestamps``: collect word timing (``take_words``) when the
+        model can align it; ``first_chunk_frames``: the first vocoder chunk's size
+        (``EngineClient.open``). Raises Overloaded when the engine cannot take it
+        now, ModelInputError for a bad ``first_chunk_frames``."""
         self.rt = rt
         self.chars = 0
         self.samples = 0
         self.started_at = time.monotonic()
         self.first_audio_at: float | None = None
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self._queue: asyncio.Queue[EngineEvent | TimedWords] = asyncio.Queue()
+        self._timed: list[TimedWord] = []
         self._queued_samples = 0
         self._high_water = int(rt.server.limits.stream_ahead_s * rt.model.capabilities.sample_rate)
         self._paused = False
@@ -64,14 +78,31 @@ class Utterance:
             config = rt.model_config.segmenter.with_split(split)  # type: ignore[arg-type]
             self._words, self._segmenter = None, TextSegmenter(config)
         lead = None if live else rt.model_config.engine.offline_max_lead_s
-        self.handle = rt.client.open(params, self._arrived, lead)
+        self.handle = rt.client.open(
+            params,
+            self._arrived,
+            lead,
+            word_timestamps=word_timestamps,
+            first_chunk_frames=first_chunk_frames,
+        )
         self.tracker = tracker or rt.metrics.track(endpoint)
 
     @property
     def cid(self) -> int:
         return self.handle.cid
 
-    def _arrived(self, event: EngineEvent) -> None:
+    @property
+    def aligns_words(self) -> bool:
+        """Word timing will be collected (asked for, and the model can align it)."""
+        return self.handle.aligns_words
+
+    def take_words(self) -> list[TimedWord]:
+        """Words timed since the last call, in order, times never decreasing; every
+        word starting in audio :meth:`events` has yielded is among them or earlier."""
+        words, self._timed = self._timed, []
+        return words
+
+    def _arrived(self, event: EngineEvent | TimedWords) -> None:
         if isinstance(event, AudioChunk):
             self._queued_samples += len(event.pcm)
             if not self._paused and self._queued_samples > self._high_water:
@@ -94,31 +125,32 @@ class Utterance:
             return
         assert self._segmenter is not None
         for segment in self._segmenter.push(text, time.monotonic()):
-            self.handle.append(segment.text)
+            self.handle.append(segment.text, offset=segment.char_start)
 
     def flush(self, flush_id: int | None = None) -> None:
         rest = self._take_rest()
         if flush_id is not None:
-            *rest, last = rest or [""]
-        for piece in rest:
-            self.handle.append(piece)
+            *rest, (last, offset) = rest or [("", None)]
+        for piece, at in rest:
+            self.handle.append(piece, offset=at)
         if flush_id is not None:
-            self.handle.append(last, flush_id)
+            self.handle.append(last, flush_id, offset)
 
     def end(self) -> None:
         if self._ended:
             return
         self._ended = True
-        for piece in self._take_rest():
-            self.handle.append(piece)
+        for piece, offset in self._take_rest():
+            self.handle.append(piece, offset=offset)
         self.handle.close_input()
 
-    def _take_rest(self) -> list[str]:
-        """What is still buffered, in pieces of bounded size."""
+    def _take_rest(self) -> list[tuple[str, int | None]]:
+        """What is still buffered, in pieces of bounded size, with each piece's offset
+        in the text (None: right after the previous piece)."""
         if self._words is not None:
-            return self._words.flush()
+            return [(piece, None) for piece in self._words.flush()]
         assert self._segmenter is not None
-        return [segment.text for segment in self._segmenter.flush()]
+        return [(segment.text, segment.char_start) for segment in self._segmenter.flush()]
 
     def cancel(self) -> None:
         if not self._finished:
@@ -130,6 +162,9 @@ class Utterance:
         """Audio chunks until the final one; raises UtteranceError on failure."""
         while not self._finished:
             event = await self._queue.get()
+            if isinstance(event, TimedWords):
+                self._timed.extend(event.words)
+                continue
             if isinstance(event, ContextFailed):
                 self._finished = True
                 self.tracker.failed(event.code)

@@ -8,12 +8,18 @@ The same message set and order as vllm-omni's ``serving_speech_stream.py`` (see
   text of an utterance is pending: that is an ``error`` and the old config stays).
 - ``input.text`` is cut by ``split_granularity``: ``none`` waits for ``input.done``;
   ``sentence`` and ``clause`` cut as text streams in (with our segmenter, the clause
-  mode exactly as the native endpoint's automatic mode).
-- Every cut is one "sentence", spoken as one engine context, in order: ``audio.start``,
-  its audio, ``audio.done {total_bytes, error}``. Without ``stream_audio`` the audio is
-  one binary frame holding the whole sentence as a file of ``response_format``; with it,
-  raw chunks as they are made (pcm: s16le at the model's rate, named in ``audio.start``;
-  wav: one header with open sizes, then s16le; opus: Ogg pages).
+  mode exactly as the native endpoint's automatic mode). Left out, it is ``clause``
+  (vllm-omni: ``none``), so a voice agent hears the reply while it is still written.
+- Every cut is one "sentence", spoken as one engine context, in order: ``audio.start``
+  (naming ``sample_rate`` and ``channels`` for every format), its audio, ``audio.done
+  {total_bytes, error}``. Audio is 24 kHz unless ``sample_rate`` says otherwise.
+  Without ``stream_audio`` the audio is the whole sentence as a file of
+  ``response_format``, in binary frames of at most 1 MiB (clients join them); with it,
+  raw chunks as they are made (pcm: s16le; wav: one header with open sizes, then
+  s16le; opus: Ogg pages). With word timestamps (``word_timestamps: true`` or
+  ``timestamp_type: "word"``, pcm only) the PCM goes in ``audio.chunk`` messages instead,
+  and each sentence ends with an empty ``audio.chunk`` carrying its word timings
+  (``null`` while the engine gives none).
 - ``input.done`` flushes the rest, then ``session.done {utterance_index,
   total_sentences}``; the socket stays open. ``session.close`` closes it with 1000 once
   everything before it has been answered.
@@ -38,14 +44,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from models.base import ModelInputError, SynthParams
+from models.base import ModelInputError
 from protocol.compat_vllm import (
     VllmAudioDone,
     VllmAudioStart,
@@ -62,17 +67,22 @@ from protocol.compat_vllm import (
 )
 from protocol.errors import CloseCode, ProtocolError
 from protocol.validation import check_text
-from voiceserver.audio import AudioFormat, OutputStage, make_output, wav_header
-from voiceserver.audio.containers import encode_whole_file
-from voiceserver.audio.format import OPUS_SAMPLE_RATES, PCM_SAMPLE_RATES
 from voiceserver.engine.client import Overloaded
-from voiceserver.params import resolve_params
+from voiceserver.media import load_named_media
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.peer import FAREWELL_S, PeerGone, say_farewell
 from voiceserver.session.utterance import Utterance, UtteranceError
-from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
+from voiceserver.text.segmenter import TextSegmenter
 from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
+from voiceserver.transport.compat_audio import (
+    CHANNELS,
+    ChunkMessages,
+    SentenceEncoder,
+    WordTimings,
+    binary_frames,
+)
+from voiceserver.transport.compat_settings import CompatSettings, ConfigError, settings_from_config
 from voiceserver.transport.ws import WebSocketPeer, refuse_full
 
 log = logging.getLogger(__name__)
@@ -80,36 +90,8 @@ log = logging.getLogger(__name__)
 ENDPOINT = "ws_compat"
 CONFIG_TIMEOUT_S = 10.0
 """vllm-omni's wait for the first ``session.config``."""
-STREAMABLE_FORMATS = ("pcm", "wav", "opus")
-"""``response_format`` values that ``stream_audio`` can send piece by piece."""
-
-
-class ConfigError(ValueError):
-    """A ``session.config`` that cannot be applied."""
-
-
-@dataclass(frozen=True)
-class AudioSpec:
-    response_format: str
-    stream: bool
-    sample_rate: int
-    """Rate of the audio sent: the model's own wherever the format allows it."""
-
-    @property
-    def wire_format(self) -> AudioFormat:
-        """What the output stage makes: s16le PCM, or Ogg/Opus for ``opus``."""
-        if self.response_format == "opus":
-            return AudioFormat("opus", self.sample_rate, "ogg")
-        return AudioFormat("pcm_s16le", self.sample_rate)
-
-
-@dataclass(frozen=True)
-class CompatSettings:
-    """One applied ``session.config``."""
-
-    params: SynthParams
-    audio: AudioSpec
-    segmenter: SegmenterConfig
+LOGGED_CHARS = 200
+"""How much of a refusal's text goes into the log (it may repeat a bit of client input)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +116,7 @@ class _Kind(msgspec.Struct):
 
 
 _kind_decoder = msgspec.json.Decoder(_Kind)
+_CLIENT_TYPES = ("session.config", "input.text", "input.done", "session.close")
 
 
 def _message_type(raw: str) -> object:
@@ -143,107 +126,22 @@ def _message_type(raw: str) -> object:
         return None
 
 
-def _output_rate(model_rate: int, allowed: tuple[int, ...]) -> int:
-    if model_rate in allowed:
-        return model_rate
-    return min((r for r in allowed if r >= model_rate), default=max(allowed))
-
-
-def settings_from_config(rt: Runtime, cfg: VllmSessionConfig) -> CompatSettings:
-    """Validate a ``session.config`` against the loaded model; raises ConfigError or
-    ModelInputError naming what to change."""
-    if cfg.word_timestamps:
-        raise ConfigError("word_timestamps: not available on this server; set it to false")
-    for name in ("instructions", "ref_text"):
-        value = getattr(cfg, name)
-        if value is not None:
-            try:
-                check_text(value, name)
-            except ProtocolError as err:
-                raise ConfigError(err.message) from None
-    if cfg.stream_audio and cfg.response_format not in STREAMABLE_FORMATS:
-        raise ConfigError(
-            f"response_format: {cfg.response_format!r} cannot be streamed; with"
-            f" stream_audio=true use one of: {', '.join(STREAMABLE_FORMATS)}"
-        )
-    extra: dict[str, Any] = {
-        "ref_audio": cfg.ref_audio,
-        "ref_text": cfg.ref_text,
-        "x_vector_only": cfg.x_vector_only_mode,
-        "speaker_embedding": cfg.speaker_embedding,
-        "seed": cfg.seed,
-        "max_new_tokens": cfg.max_new_tokens,
-        "streaming_text": None if cfg.non_streaming_mode is None else not cfg.non_streaming_mode,
-    }
-    language = cfg.language
-    if language is not None and language.lower() == "auto":
-        language = None  # vllm-omni's "Auto": the model's own default
-    params = resolve_params(
+def open_sentence(rt: Runtime, settings: CompatSettings) -> Utterance:
+    """Open the engine context that speaks one sentence (raises Overloaded). vllm-omni's
+    ``initial_codec_chunk_frames`` is the first vocoder chunk's size (0: the server's
+    default; past the engine's largest chunk it is that chunk)."""
+    first = settings.initial_codec_chunk_frames or None
+    if first is not None:
+        first = min(first, rt.model_config.engine.max_chunk_frames)
+    return Utterance(
         rt,
-        model=cfg.model,
-        voice=cfg.effective_voice,
-        language=language,
-        speed=1.0 if cfg.speed is None else cfg.speed,
-        instructions=cfg.instructions,
-        extra={k: v for k, v in extra.items() if v is not None},
+        settings.params,
+        "none",
+        endpoint=ENDPOINT,
+        live=True,
+        word_timestamps=settings.audio.word_chunks,
+        first_chunk_frames=first,
     )
-    model_rate = rt.model.capabilities.sample_rate
-    allowed = OPUS_SAMPLE_RATES if cfg.response_format == "opus" else PCM_SAMPLE_RATES
-    audio = AudioSpec(cfg.response_format, cfg.stream_audio, _output_rate(model_rate, allowed))
-    audio.wire_format.validate()
-    base = replace(rt.model_config.segmenter, mode="auto", max_delay_ms=None)
-    split = {"clause": "auto"}.get(cfg.split_granularity, cfg.split_granularity)
-    segmenter = base.with_split(split)  # type: ignore[arg-type]
-    return CompatSettings(params, audio, segmenter)
-
-
-class SentenceEncoder:
-    """Model-rate float32 PCM of one sentence -> the bytes sent for it (a
-    ``voiceserver.session.output.Stage``, so a ContextOutput runs it).
-
-    Streamed, ``feed`` returns what is ready, as one payload; otherwise it returns
-    nothing until the final chunk, then the whole file.
-    """
-
-    def __init__(self, spec: AudioSpec, input_rate: int) -> None:
-        self.spec = spec
-        self._stage: OutputStage = make_output(spec.wire_format, input_rate)
-        self._body = bytearray()
-        self._header_due = spec.stream and spec.response_format == "wav"
-
-    @property
-    def cheap(self) -> bool:
-        # An mp3 or flac sentence is encoded whole at its end: that is codec work.
-        whole_file_codec = not self.spec.stream and self.spec.response_format in ("mp3", "flac")
-        return self._stage.cheap and not whole_file_codec
-
-    @property
-    def finished(self) -> bool:
-        return self._stage.finished
-
-    def feed(self, pcm: np.ndarray, *, drain: bool = False, final: bool = False) -> list[bytes]:
-        # A sentence has no flush points (input.done ends it): `drain` never comes.
-        data = b"".join(self._stage.push(pcm))
-        if final:
-            data += b"".join(self._stage.finish())
-        if self.spec.stream:
-            if self._header_due and (data or final):
-                self._header_due = False
-                data = wav_header(self.spec.sample_rate) + data
-            return [data] if data else []
-        self._body += data
-        return [self._file()] if final else []
-
-    def close(self) -> None:
-        self._stage.close()
-
-    def _file(self) -> bytes:
-        fmt, rate = self.spec.response_format, self.spec.sample_rate
-        if fmt == "wav":
-            return wav_header(rate, data_bytes=len(self._body)) + self._body
-        if fmt in ("mp3", "flac"):
-            return encode_whole_file(bytes(self._body), rate, fmt)
-        return bytes(self._body)
 
 
 class CompatSession:
@@ -329,9 +227,11 @@ class CompatSession:
                 if self._closing:
                     continue
                 if message.get("text") is not None:
-                    self._on_text(message["text"])
+                    await self._on_text(message["text"])
                 else:
-                    self._reject("binary frames are not accepted; send JSON text messages")
+                    self._reject(
+                        "binary frames are not accepted; send JSON text messages", "binary frame"
+                    )
         finally:
             # A closed socket ends everything at once: the sentence in flight is
             # cancelled (its Utterance frees the engine slot) and the queue dropped.
@@ -350,20 +250,23 @@ class CompatSession:
         else:
             self._fatal("Idle timeout: no message received", CloseCode.IDLE_TIMEOUT)
 
-    def _on_text(self, raw: str) -> None:
+    async def _on_text(self, raw: str) -> None:
         try:
             msg = decode_vllm_client(raw)
         except ProtocolError as err:
             self.rt.metrics.error(ENDPOINT, str(err.code))
             text = vllm_error(err).message
-            if _message_type(raw) == "session.config":
+            kind = _message_type(raw)
+            if kind == "session.config":
                 text = f"Invalid session config: {text}"
-            self._reject(text)
+            what = kind if kind in _CLIENT_TYPES else "message"
+            self._reject(text, what, err.param)
             return
         if isinstance(msg, VllmSessionConfig):
-            self._configure(msg)
+            await self._configure(msg)
         elif self.settings is None:
-            self._reject(f"Expected session.config, got: {msg.__struct_config__.tag}")
+            tag = msg.__struct_config__.tag
+            self._reject(f"Expected session.config, got: {tag}", str(tag), "type")
         elif isinstance(msg, VllmInputText):
             self._input_text(msg.text)
         elif isinstance(msg, VllmInputDone):
@@ -372,22 +275,31 @@ class CompatSession:
             self._closing = True
             self._put(_Close(int(CloseCode.NORMAL), "session closed"))
 
-    def _configure(self, msg: VllmSessionConfig) -> None:
+    async def _configure(self, msg: VllmSessionConfig) -> None:
         if self._utterance_open:
             self._reject(
                 "session.config cannot be applied while an utterance is in progress;"
-                " send input.done first"
+                " send input.done first",
+                "session.config",
             )
             return
         try:
-            settings = settings_from_config(self.rt, msg)
+            # A path or URL is read in a worker thread; messages after this config
+            # wait in the socket meanwhile, so their order is kept.
+            accepted = any(f.name == "ref_audio" for f in self.rt.model.capabilities.request_fields)
+            ref_audio = await load_named_media(msg.ref_audio, self.rt.server.media, accepted)
+            settings = settings_from_config(self.rt, msg, ref_audio)
         except ModelInputError as exc:
             self.rt.metrics.error(ENDPOINT, exc.code)
-            self._reject(f"Invalid session config: {exc.code}: {exc}")
+            self._reject(f"Invalid session config: {exc.code}: {exc}", "session.config", exc.param)
             return
-        except ValueError as exc:  # ConfigError, or an output format the encoders refuse
+        except ConfigError as exc:
             self.rt.metrics.error(ENDPOINT, "unsupported_value")
-            self._reject(f"Invalid session config: {exc}")
+            self._reject(f"Invalid session config: {exc}", "session.config", exc.field)
+            return
+        except ValueError as exc:  # an output format the encoders refuse
+            self.rt.metrics.error(ENDPOINT, "unsupported_value")
+            self._reject(f"Invalid session config: {exc}", "session.config")
             return
         self.settings = settings
         self._segmenter = TextSegmenter(settings.segmenter)
@@ -397,20 +309,24 @@ class CompatSession:
         if not text:
             return
         if self.draining:
-            self._reject("server_shutdown: the server is shutting down; reconnect later")
+            self._reject(
+                "server_shutdown: the server is shutting down; reconnect later", "input.text"
+            )
             return
         try:
             check_text(text, "text")
         except ProtocolError as err:
             self.rt.metrics.error(ENDPOINT, str(err.code))
-            self._reject(vllm_error(err).message)
+            self._reject(vllm_error(err).message, "input.text", "text")
             return
         limit = self.rt.server.limits.max_text_chars
         if self._queued_chars + self._segmenter.buffered_chars + len(text) > limit:
             self.rt.metrics.error(ENDPOINT, "text_too_long")
             self._reject(
                 f"text_too_long: more than {limit} characters would wait to be spoken;"
-                " send less text or wait for audio.done"
+                " send less text or wait for audio.done",
+                "input.text",
+                "text",
             )
             return
         self._utterance_open = True
@@ -437,9 +353,20 @@ class CompatSession:
         self._put(_Sentence(self.settings, text, self._utterance_index, self._sentence_index))
         self._sentence_index += 1
 
-    def _reject(self, message: str) -> None:
-        """An ``error``; before the first config it also ends the connection, as in vllm-omni."""
-        if self.settings is None:
+    def _reject(self, message: str, what: str = "message", field: str | None = None) -> None:
+        """An ``error``; before the first config it also ends the connection, as in vllm-omni.
+
+        ``what`` (the refused message's type) and ``field`` go into the server log with
+        the reason, so an operator sees why a client got nothing."""
+        fatal = self.settings is None
+        log.warning(
+            "vllm-compatible socket: refused %s%s%s: %s",
+            what,
+            f" (field {field})" if field else "",
+            " and closed the connection" if fatal else "",
+            message[:LOGGED_CHARS],
+        )
+        if fatal:
             self._fatal(message, CloseCode.POLICY_VIOLATION)
         else:
             self._put(encode_vllm_server(VllmError(message=message)))
@@ -509,14 +436,14 @@ class CompatSession:
     async def _speak(self, job: _Sentence) -> None:
         spec = job.settings.audio
         caps = self.rt.model.capabilities
-        describe = spec.stream and spec.response_format == "pcm"
         start = VllmAudioStart(
             utterance_index=job.utterance_index,
             sentence_index=job.sentence_index,
             sentence_text=job.text,
             format=spec.response_format,
-            sample_rate=spec.sample_rate if describe else None,
-            channels=1 if describe else None,
+            sample_rate=spec.sample_rate,
+            channels=CHANNELS,
+            word_timestamps=True if spec.word_chunks else None,
         )
         started = False
 
@@ -526,25 +453,33 @@ class CompatSession:
                 started = True
                 await self._send(start)
 
-        # Streamed pcm announces itself with its first audio, as vllm-omni does.
-        if not describe:
+        # Streamed audio announces itself with its first audio, as vllm-omni does.
+        if not spec.stream:
             await send_start()
         output = ContextOutput(SentenceEncoder(spec, caps.sample_rate), self.rt.encode_pool)
+        chunks = ChunkMessages(job.utterance_index, job.sentence_index, spec.sample_rate)
+        timings = WordTimings()
         total = 0
         failure: UtteranceError | None = None
         try:
             # The utterance's own tracker counts this sentence in the metrics, once.
-            async with Utterance(
-                self.rt, job.settings.params, "none", endpoint=ENDPOINT, live=True
-            ) as utterance:
+            async with open_sentence(self.rt, job.settings) as utterance:
                 utterance.append(job.text)
                 utterance.end()
                 async for chunk in utterance.events():
+                    _collect_words(utterance, timings)
                     data = b"".join(await output.feed(chunk.pcm, final=chunk.final))
-                    if data:
-                        await send_start()
-                        await self._send_bytes(data)
-                        total += len(data)
+                    if not data:
+                        continue
+                    await send_start()
+                    if spec.word_chunks:
+                        for msg in chunks.audio(data):
+                            await self._send(msg)
+                    else:
+                        for frame in binary_frames(data):
+                            await self._send_bytes(frame)
+                    total += len(data)
+                _collect_words(utterance, timings)
         except UtteranceError as exc:
             failure = exc
         except Overloaded as exc:
@@ -563,6 +498,8 @@ class CompatSession:
                     action="discard" if partial else None,
                 )
             )
+        elif spec.word_chunks:
+            await self._send(chunks.trailer(timings))
         await self._send(
             VllmAudioDone(
                 utterance_index=job.utterance_index,
@@ -578,6 +515,15 @@ class CompatSession:
     async def _close(self, code: int, reason: str) -> None:
         with contextlib.suppress(PeerGone):
             await self._peer.close(code, reason)
+
+
+def _collect_words(utterance: Utterance, timings: WordTimings) -> None:
+    """The sentence's words timed so far (seconds from its first sample) into
+    ``timings``; they go out in the sentence's trailing audio.chunk."""
+    if utterance.aligns_words:
+        timings.aligned()
+        for word in utterance.take_words():
+            timings.add(word.text, word.start_s, word.end_s)
 
 
 async def vllm_speech_stream(ws: WebSocket) -> None:

@@ -298,7 +298,7 @@ class VoiceClient:
                     ctx.on_audio(AudioChunk(msg.seq, msg.audio, False, False, now))
             case Timestamps():
                 if ctx := self._contexts.get(msg.context_id):
-                    ctx.timestamps.extend(msg.words)
+                    ctx.on_timestamps(msg.words)
             case ContextFlushed():
                 if ctx := self._contexts.get(msg.context_id):
                     ctx.on_flushed(msg)
@@ -306,8 +306,10 @@ class VoiceClient:
                 if ctx := self._contexts.pop(msg.context_id, None):
                     ctx.on_finished(msg)
             case WarningMessage():
-                ctx = self._contexts.get(msg.context_id or "")
-                (ctx.warnings if ctx is not None else self.warnings).append(msg)
+                if ctx := self._contexts.get(msg.context_id or ""):
+                    ctx.on_warning(msg)
+                else:
+                    self.warnings.append(msg)
             case ErrorMessage():
                 self._on_error(msg)
             case SessionUpdated():

@@ -24,6 +24,14 @@ from voiceclient.errors import VoiceServerError
 Finished = ContextDone | ContextCancelled
 
 
+class TimedWords(list[WordTimestamp]):
+    """One ``timestamps`` message's words, as :meth:`VoiceContext.events` yields them."""
+
+
+ContextEvent = AudioChunk | TimedWords | WarningMessage
+"""What :meth:`VoiceContext.events` yields, in the order the server sent it."""
+
+
 class _Owner(Protocol):
     """What a context needs from its client."""
 
@@ -59,7 +67,7 @@ class VoiceContext:
         self.warnings: list[WarningMessage] = []
         self.flushes: dict[str | None, ContextFlushed] = {}
         """``context.flushed`` messages by flush id (``None``: flushes without an id)."""
-        self._queue: asyncio.Queue[AudioChunk | _EndOfAudio] = asyncio.Queue()
+        self._queue: asyncio.Queue[ContextEvent | _EndOfAudio] = asyncio.Queue()
         self._created = asyncio.Event()
         self._finished = asyncio.Event()
         self._flush_waiters: dict[str | None, asyncio.Event] = {}
@@ -123,6 +131,15 @@ class VoiceContext:
     async def audio(self) -> AsyncIterator[AudioChunk]:
         """Chunks in order until ``context.done``/``context.cancelled``; raises
         VoiceServerError if the context failed."""
+        async for item in self.events():
+            if isinstance(item, AudioChunk):
+                yield item
+
+    async def events(self) -> AsyncIterator[ContextEvent]:
+        """Audio chunks, word timestamps and warnings in the order they arrived, until
+        the context finished (ends and raises like :meth:`audio`; use one or the other,
+        since both take from the same queue). ``timestamps`` and ``warnings`` keep a
+        copy of what passed."""
         while True:
             item = await self._queue.get()
             if isinstance(item, _EndOfAudio):
@@ -180,6 +197,16 @@ class VoiceContext:
     def on_audio(self, chunk: AudioChunk) -> None:
         if not self._dropping and not self.finished:
             self._queue.put_nowait(chunk)
+
+    def on_timestamps(self, words: list[WordTimestamp]) -> None:
+        self.timestamps.extend(words)
+        if not self._dropping and not self.finished:
+            self._queue.put_nowait(TimedWords(words))
+
+    def on_warning(self, msg: WarningMessage) -> None:
+        self.warnings.append(msg)
+        if not self._dropping and not self.finished:
+            self._queue.put_nowait(msg)
 
     def on_flushed(self, msg: ContextFlushed) -> None:
         self.flushes[msg.flush_id] = msg

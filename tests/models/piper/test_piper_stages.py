@@ -49,8 +49,11 @@ def test_split_graphs_compose_to_the_original_exactly() -> None:
         "scales": np.array([0.0, 1.0, 0.0], np.float32),
     }
     (expected,) = full.run(None, feeds)
-    (latent,) = acoustic.run(None, feeds)
+    latent, durations = acoustic.run([graphs.latent_name, graphs.durations_name], feeds)
     assert latent.shape[1] == 192
+    # The duration predictor's frames per id add up to the latent's length.
+    assert durations.shape == (1, 1, ids.shape[1])
+    assert np.sum(durations) == latent.shape[2]
     (audio,) = decoder.run(None, {graphs.latent_name: latent})
     np.testing.assert_array_equal(audio, expected)
 
