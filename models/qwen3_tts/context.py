@@ -31,9 +31,13 @@ class Qwen3Context:
         max_frames: int,
         head: torch.Tensor,
         aligned: torch.Tensor | None,
+        whole_text_streaming: bool | None = None,
     ) -> None:
         self.slot = slot
         self.spec = spec
+        self.whole_text_streaming = whole_text_streaming
+        """Set while the mode is still open (the client did not choose): the mode for a
+        whole text; the first prompt step decides (``choose_mode``)."""
         self.sampling = sampling
         self.max_frames = max_frames
         self.head: torch.Tensor | None = head
@@ -67,12 +71,15 @@ class Qwen3Context:
         self.entered: list[tuple[int, int, int]] = []
         """Words whose first token entered the talker since the last step result:
         (word index, tokens, frame the token conditions)."""
+        self.timed = False
+        """Word timing was asked for (text came with word tables)."""
 
     # -- input -------------------------------------------------------------
 
     def feed(self, units: list[list[int]], words: list[list[list[int]]] | None = None) -> None:
         """Tokens for the text track; ``words``: per unit, ``(word, first, end)`` token
         ranges to time (``models.base.Feed.words``)."""
+        self.timed = self.timed or words is not None
         for i, unit in enumerate(units):
             if words is not None:
                 for word, first, end in words[i]:
@@ -82,9 +89,23 @@ class Qwen3Context:
             self.queued += len(unit)
 
     def queue_prompt_text(self, ids: list[int]) -> None:
-        """Text that goes on the track ahead of the client's (a clone's reference text)."""
-        self.text.extend(ids)
+        """Text that goes on the track ahead of the client's (a clone's reference text),
+        before any track item was taken."""
+        assert self.taken == 0
+        self.text.extendleft(reversed(ids))
         self.queued += len(ids)
+        self.words = deque((at + len(ids), tokens, word) for at, tokens, word in self.words)
+
+    def choose_mode(self) -> bool | None:
+        """Streaming-text mode for a context whose client did not choose, decided once its
+        text can start: a whole text (input closed) takes the variant's default, text
+        still arriving (or text to be word-timed) streams. None: not decidable yet, or
+        decided already."""
+        if self.whole_text_streaming is None or not self.track_ready:
+            return None
+        streaming = self.whole_text_streaming or not self.input_closed or self.timed
+        self.whole_text_streaming = None
+        return streaming
 
     def close_input(self) -> None:
         self.input_closed = True
@@ -94,6 +115,8 @@ class Qwen3Context:
         if self.phase is Phase.DONE:
             return False
         if self.phase is Phase.PROMPT:
+            if self.whole_text_streaming is not None:
+                return self.track_ready
             if not self.spec.streaming:
                 return self.input_closed
             return self.head is not None or (self.aligned_left > 0 and self.track_ready)

@@ -5,7 +5,8 @@ capabilities: every endpoint checks a request against them with the same
 ranges. Keys: ``temperature`` (0 = greedy), ``top_k``, ``top_p``,
 ``repetition_penalty``, ``seed``, ``subtalker_temperature``/``subtalker_top_k``/
 ``subtalker_top_p`` (default: the talker's values when those are given, else the
-checkpoint's), ``streaming_text`` (bool), ``max_new_tokens`` (frames). Base model
+checkpoint's), ``streaming_text`` (bool; unset: the variant's reference default for a
+whole text, streaming for text that streams in), ``max_new_tokens`` (frames). Base model
 voice: ``ref_audio`` (audio file bytes, base64 text, or float samples with
 ``ref_audio_sample_rate``), ``ref_text``, ``x_vector_only``, ``speaker_embedding``
 (floats), or a precomputed ``voice_prompt`` (a stored voice, set by the server).
@@ -40,7 +41,11 @@ def request_fields(max_frames: int) -> tuple[RequestField, ...]:
         RequestField("subtalker_top_p", "number", **top_p),
         RequestField("seed", "integer", *INT64, doc="reproducible sampling"),
         RequestField("max_new_tokens", "integer", 1, max_frames, doc="cap on frames"),
-        RequestField("streaming_text", "boolean", doc="false: all text before speaking"),
+        RequestField(
+            "streaming_text",
+            "boolean",
+            doc="false: all text before speaking; unset: the variant's default for whole text",
+        ),
         RequestField("ref_audio", "audio", doc="Base: audio of the voice to clone"),
         RequestField("ref_audio_sample_rate", "integer", 1, 384000, doc="with raw samples"),
         RequestField("ref_text", "string", doc="Base: the reference's transcript (ICL)"),
@@ -90,10 +95,23 @@ def sampling_from(
     return out
 
 
+WHOLE_TEXT_STREAMING: Mapping[str, bool] = {
+    "custom_voice": False,
+    "voice_design": False,
+    "base": True,
+}
+"""Per variant (``tts_model_type``), whether a whole text (all of it there before the
+context starts) is spoken in streaming-text mode: the reference package's default
+(``non_streaming_mode``: True for generate_custom_voice and generate_voice_design,
+False for generate_voice_clone)."""
+
+
 @dataclass(frozen=True)
 class RequestSettings:
     sampling: SamplingParams
-    streaming: bool
+    streaming: bool | None
+    """Streaming-text mode; None: the client did not choose, so the context's first
+    prompt step does (``WHOLE_TEXT_STREAMING`` for a whole text, else streaming)."""
     max_frames: int
 
 
@@ -104,10 +122,12 @@ def settings_from(
     max_frames: int,
     fields: Mapping[str, RequestField],
 ) -> RequestSettings:
+    """``streaming``: the server's option; False means every context waits for all
+    its text, True leaves the choice to the request or, failing that, to the context."""
     flag = _checked(extra, "streaming_text", fields)
     frames = _checked(extra, "max_new_tokens", fields)
     return RequestSettings(
         sampling=sampling_from(extra, defaults, fields),
-        streaming=streaming if flag is None else flag,
+        streaming=(None if streaming else False) if flag is None else flag,
         max_frames=frames if frames is not None else max_frames,
     )

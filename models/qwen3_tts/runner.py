@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from models.base import (
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.context import Phase, Qwen3Context
 from models.qwen3_tts.kv_cache import SlotKVCache
-from models.qwen3_tts.params import RequestSettings, settings_from
+from models.qwen3_tts.params import WHOLE_TEXT_STREAMING, RequestSettings, settings_from
 from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
 from models.qwen3_tts.sampling import (
     RowSettings,
@@ -90,7 +90,8 @@ class Qwen3Prepared(Prepared):
     speaker_embedding: np.ndarray | None = None
     ref_codes: np.ndarray | None = None
     ref_text_ids: list[int] | None = None
-    streaming: bool = True
+    streaming: bool | None = True
+    """Streaming-text mode; None: the client did not choose (``RequestSettings``)."""
     sampling: SamplingParams = SamplingParams()
     max_frames: int = 0
     key: int = 0
@@ -272,9 +273,12 @@ class Qwen3Runner(ModelRunner):
         return [np.asarray(ids, np.int64)] if ids else []
 
     def aligns_words(self, params: SynthParams) -> bool:
-        """Streaming text only: with all text in the prompt there is no entry frame."""
+        """Streaming text only: with all text in the prompt there is no entry frame. A
+        context whose client did not choose the mode and asks for word timing streams
+        (``Qwen3Context.choose_mode``), so only an explicit ``streaming_text: false``
+        (or the server's ``streaming_text: false``) rules timing out."""
         try:
-            return self._settings(params).streaming
+            return self._settings(params).streaming is not False
         except ModelInputError:
             return False
 
@@ -333,6 +337,10 @@ class Qwen3Runner(ModelRunner):
         codes = None
         if prepared.ref_codes is not None:
             codes = upload(prepared.ref_codes, dev)
+        streaming = prepared.streaming
+        whole_text = WHOLE_TEXT_STREAMING[self.cfg.model_type]
+        if streaming is None and whole_text:
+            streaming = True  # whole or streamed, the same mode: nothing to wait for
         spec = PromptSpec(
             instruct_ids=prepared.instruct_ids,
             language_id=prepared.language_id,
@@ -340,13 +348,20 @@ class Qwen3Runner(ModelRunner):
             speaker_embedding=emb,
             ref_codes=codes,
             ref_text_ids=prepared.ref_text_ids,
-            streaming=prepared.streaming,
+            streaming=streaming is not False,
         )
         head = self.prompts.head(spec)
-        aligned = self.prompts.aligned(spec) if spec.streaming else None
-        ctx = Qwen3Context(slot, spec, prepared.sampling, prepared.max_frames, head, aligned)
-        if spec.streaming and spec.ref_text_ids:
-            ctx.queue_prompt_text(spec.ref_text_ids)
+        ctx = Qwen3Context(
+            slot,
+            spec,
+            prepared.sampling,
+            prepared.max_frames,
+            head,
+            None,
+            whole_text if streaming is None else None,
+        )
+        if streaming is not None:
+            self._set_mode(ctx, streaming)
         self.slots[slot] = ctx
         p = prepared.sampling
         self._seen[slot] = False
@@ -360,6 +375,13 @@ class Qwen3Runner(ModelRunner):
         self._key[slot] = prepared.key
         self._draws[slot] = 0
         self._sub_draws[slot] = 0
+
+    def _set_mode(self, ctx: Qwen3Context, streaming: bool) -> None:
+        ctx.spec = replace(ctx.spec, streaming=streaming)
+        if streaming:
+            ctx.aligned = self.prompts.aligned(ctx.spec)
+            if ctx.spec.ref_text_ids:
+                ctx.queue_prompt_text(ctx.spec.ref_text_ids)
 
     def _release(self, slot: int) -> None:
         ctx = self.slots[slot]
@@ -434,6 +456,11 @@ class Qwen3Runner(ModelRunner):
     def _prompt_rows(self, ctx: Qwen3Context) -> tuple[torch.Tensor, bool] | None:
         """The prompt embeddings [n, H] a context can run now, and whether they end its
         prompt; None when it must wait for text (or has ended: nothing to say)."""
+        if ctx.whole_text_streaming is not None:
+            streaming = ctx.choose_mode()
+            if streaming is None:
+                return None
+            self._set_mode(ctx, streaming)
         if not ctx.spec.streaming and not ctx.input_closed:
             return None
         if ctx.input_closed and ctx.text_seen == 0 and not ctx.spec.ref_text_ids:

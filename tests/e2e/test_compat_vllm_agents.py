@@ -152,7 +152,7 @@ async def test_three_utterances_on_one_socket(tiny_server: RunningServer) -> Non
     await client.send(type="session.config", response_format="pcm")
     texts = ["First turn.", "Second turn, a bit longer.", "Third turn."]
     first = await client.speak([texts[0]])
-    second = await client.speak([texts[1]])
+    second = await client.speak(["Second turn,", " a bit longer."])  # streamed: clause cut
     # A new config between utterances applies to the next one only.
     await client.send(type="session.config", response_format="wav", sample_rate=16000)
     third = await client.speak([texts[2]])
@@ -208,7 +208,9 @@ async def test_word_timestamps_asked_either_way(
     client = await VllmClient.connect(tiny_server)
     await client.send(type="session.config", response_format="pcm", **asked)
     clauses = ["Word timestamps,", "please."]
-    await client.send(type="input.text", text=" ".join(clauses))
+    # Streamed in two pieces, so the clause is cut (a whole text would be one sentence).
+    await client.send(type="input.text", text=clauses[0])
+    await client.send(type="input.text", text=" " + clauses[1])
     await client.send(type="input.done")
     for index, sentence_text in enumerate(clauses):
         start, chunks = await read_chunked_sentence(client)

@@ -61,8 +61,11 @@ async def test_streamed_words_equal_one_shot_segments(
     await client.close()
 
     segmenter = TextSegmenter(piper_server.runtime.model_config.segmenter)
-    segments = [s.text for s in segmenter.push(TEXT, 0.0) + segmenter.flush()]
-    assert len(segments) >= 2  # the first clause went ahead on its own
+    streamed = [
+        s for i, w in enumerate(pieces) for s in segmenter.push(w if i == 0 else " " + w, 0.0)
+    ]
+    segments = [s.text for s in streamed + segmenter.flush()]
+    assert len(segments) >= 3  # the first clause went ahead on its own
     reference = np.concatenate([one_shot(voice, s) for s in segments])
     got = as_float(bytes(client.got.audio["s"]))
     assert len(got) == len(reference)
@@ -154,7 +157,11 @@ def test_say_cli_writes_speech_equal_to_piper_one_shot(
         assert wav.getframerate() == 22050 and wav.getnchannels() == 1 and wav.getsampwidth() == 2
         got = as_float(wav.readframes(wav.getnframes()))
     segmenter = TextSegmenter(piper_server.runtime.model_config.segmenter)
-    segments = [s.text for s in segmenter.push(text, 0.0) + segmenter.flush()]
+    from voiceclient.say import text_pieces
+
+    # say streams the text in word pieces, as an LLM would.
+    streamed = [s for piece in text_pieces(text, True) for s in segmenter.push(piece, 0.0)]
+    segments = [s.text for s in streamed + segmenter.flush()]
     reference = np.concatenate([one_shot(voice, s) for s in segments])
     assert len(got) == len(reference)
     assert snr_db(reference, got) >= 40.0

@@ -1,10 +1,13 @@
 """Streaming text segmenter: decides when buffered LLM text is complete enough to synthesize.
 
 Text arrives in pieces of any size and is joined exactly as sent. Cuts are made at sentence ends,
-at clause marks once a segment is long enough, at newlines, at a hard length cap, and (through
-``poll``) when text has waited too long. Every content decision depends only on a bounded window
-of text after the cut point and waits until that window has arrived, so feeding a text token by
-token yields exactly the segments that feeding it whole does.
+at newlines, at a hard length cap, and (through ``poll``) when text has waited too long. A clause
+mark (``, ; : — –``) cuts, once the segment is long enough, only a sentence that is streaming in:
+its end (a sentence end or newline) did not come in the piece that brought the mark, and a later
+piece has been pushed. That buys latency while an LLM's tokens stream in, whereas a sentence that
+arrives with its end, or a text pushed in one piece, is spoken whole, as the model's own one-shot
+synthesis would: a text pushed whole is cut at its sentence ends only (and at ``max_chars``), the
+same text streamed token by token also at some clause marks. Every decision is final once made.
 
 Segments carry no surrounding whitespace: ``text == whole[char_start:char_end]`` and everything
 between two segments (and before the first) is whitespace, which is dropped.
@@ -30,6 +33,7 @@ linear in the text pushed, so a client that streams a long text one character at
 costs no more than one that sends it whole.
 """
 
+import bisect
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -214,6 +218,10 @@ class TextSegmenter:
         self._scanned = 0  # buffer index up to which _next_cut found no cut (decisions are final)
         self._held: list[str] = []  # manual mode: pushed pieces not yet joined into _buf
         self._held_chars = 0
+        self._push_ends: list[int] = []  # offsets in the whole text where pushes ended
+        self._skipped_clause = 0  # end of the last clause cut passed over for a sentence end
+        self._end_at: int | None = None  # a possible sentence end found by _sentence_follows
+        self._end_searched = 0  # buffer index up to which _sentence_follows found no other
 
     @property
     def buffered_chars(self) -> int:
@@ -237,6 +245,7 @@ class TextSegmenter:
             self._held_chars += len(text)
             return []
         self._buf += text
+        self._push_ends.append(self._offset + len(self._buf))
         if self._config.max_delay_ms is not None:
             self._arrivals.append((self._offset + len(self._buf), now))
         self._drop_leading_space()
@@ -296,6 +305,8 @@ class TextSegmenter:
         i = self._scanned
         while i < len(buf):
             if i >= cap:
+                if self._skipped_clause and _speakable(buf[: self._skipped_clause]):
+                    return self._skipped_clause
                 return next((k for k in range(cap, 0, -1) if buf[k].isspace()), cap)
             ch, verdict, end = buf[i], False, i + 1
             if ch == "\n":
@@ -305,6 +316,8 @@ class TextSegmenter:
             elif ch in _CLAUSE_MARKS or ch in _CJK_CLAUSE_MARKS:
                 verdict, end = _clause_end(buf, i)
                 verdict = False if verdict is not None and end < min_clause else verdict
+                if verdict and end <= cap:
+                    verdict = self._clause_cuts(i, end)
             if verdict is None:
                 self._scanned = i
                 return None
@@ -313,6 +326,54 @@ class TextSegmenter:
             i = max(end, i + 1)
         self._scanned = i
         return None
+
+    def _clause_cuts(self, i: int, end: int) -> bool | None:
+        """Whether the clause mark at ``i`` (ending at ``end``), otherwise a cut, cuts a
+        sentence still arriving; None: not known until more text is pushed."""
+        came_with = self._arrived_with(i)
+        if self._sentence_follows(end, came_with):
+            # The sentence came with its end: speak it whole, as one-shot synthesis would.
+            self._skipped_clause = end
+            return False
+        # Text pushed after the mark's piece shows the sentence is streaming in; until
+        # then this may be the whole text.
+        return None if came_with >= len(self._buf) else True
+
+    def _arrived_with(self, i: int) -> int:
+        """End (buffer index) of the push that brought buffer index ``i``."""
+        at = self._offset + i
+        return self._push_ends[bisect.bisect_right(self._push_ends, at)] - self._offset
+
+    def _sentence_follows(self, start: int, stop: int) -> bool:
+        """Whether the buffer holds a newline or a sentence end (one not known yet counts)
+        from ``start`` to before ``stop``. ``stop`` never decreases between calls on the
+        same buffer, so the search resumes where it stopped: amortised linear."""
+        buf = self._buf
+        if self._end_at is not None and self._end_at >= start:
+            return True
+        i = max(start, self._end_searched)
+        while i < stop:
+            ch, nxt = buf[i], i + 1
+            if ch == "\n":
+                self._end_at = i
+            elif ch in _SENTENCE_ENDS:
+                verdict, end = _sentence_end(buf, i)
+                nxt = max(end, nxt)
+                if verdict is not False:
+                    self._end_at = i
+            if self._end_at == i:
+                self._end_searched = nxt
+                return True
+            i = nxt
+        self._end_searched = i
+        return False
+
+    def _rescan(self) -> None:
+        """The buffer's start moved: every index kept into it is void."""
+        self._scanned = 0
+        self._skipped_clause = 0
+        self._end_at = None
+        self._end_searched = 0
 
     def _bounded_cut(self, limit: int) -> int:
         """Where to cut the first ``limit`` chars of the buffer so the piece fits in
@@ -334,8 +395,9 @@ class TextSegmenter:
         self._buf = self._buf[cut:]
         self._offset += cut
         self._first = False
-        self._scanned = 0
+        self._rescan()
         self._arrivals = [(end, t) for end, t in self._arrivals if end > self._offset]
+        self._push_ends = [end for end in self._push_ends if end > self._offset]
         self._drop_leading_space()
         return segment
 
@@ -343,7 +405,8 @@ class TextSegmenter:
         stripped = self._buf.lstrip()
         if len(stripped) == len(self._buf):
             return
-        self._scanned = 0
+        self._rescan()
         self._offset += len(self._buf) - len(stripped)
         self._buf = stripped
         self._arrivals = [(end, t) for end, t in self._arrivals if end > self._offset]
+        self._push_ends = [end for end in self._push_ends if end > self._offset]

@@ -35,7 +35,7 @@ def test_context_waits_for_text_then_continues(cv: LoadedModel) -> None:
     runner = cv.runner
     (ids,) = runner.encode_text(TEXT)
     prepared = runner.prepare(params(max_new_tokens=12))
-    # The voice/language prompt runs before any text arrives, then the slot waits.
+    # No text yet: the slot waits (whether the text is whole decides the mode).
     result = runner.execute(plan([0], (Admit(0, prepared),)))
     assert result.counts[0] == 0 and not result.finished[0] and result.waiting[0]
     result = runner.execute(plan([0], feed=(Feed(0, (ids[:2],)),)))
@@ -54,7 +54,9 @@ def test_context_waits_for_text_then_continues(cv: LoadedModel) -> None:
         frames.append(result.frames)
     runner.execute(plan(free=[0]))
     codes = np.concatenate(frames)
-    alone = run_jobs(cv, [Job(params(max_new_tokens=12), TEXT)])[0].codes
+    # Text that streamed in is spoken in streaming-text mode: the same codes as a
+    # whole text that asks for that mode.
+    alone = run_jobs(cv, [Job(params(max_new_tokens=12, streaming_text=True), TEXT)])[0].codes
     np.testing.assert_array_equal(codes, alone)
 
 

@@ -10,9 +10,10 @@ reference decoder's.
 
 from __future__ import annotations
 
+import ast
 import io
 import wave
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,15 @@ import torch
 from models.base import LoadedModel, SynthParams
 from models.qwen3_tts.loader import load
 from models.qwen3_tts.mel import mel_filterbank
+from models.qwen3_tts.params import WHOLE_TEXT_STREAMING
 from models.qwen3_tts.voices import ISO_LANGUAGES
 from tests.models.qwen3_tts.driver import Job, JobResult, decode_chunked, run_jobs
-from tests.models.qwen3_tts.reference import ReferenceRun, require_reference, run_reference
+from tests.models.qwen3_tts.reference import (
+    REF_PYTHON,
+    ReferenceRun,
+    require_reference,
+    run_reference,
+)
 
 LONG = "The quick brown fox jumps over the lazy dog. Speak slowly and clearly."
 MID = "Numbers like 42 and 2026 are read one digit at a time."
@@ -72,6 +79,9 @@ class Case:
     as_wav_bytes: bool = False
     speaker_embedding: np.ndarray | None = None
     chunks: list[int] = field(default_factory=lambda: [1, 3, 7, 2, 16])
+    choose: bool = True
+    """The request sends ``streaming_text``; False leaves the mode to the model, and
+    ``streaming`` then says the mode the reference runs (its default for a whole text)."""
 
     def ref_task(self, tmp: Path) -> dict[str, Any]:
         task: dict[str, Any] = {
@@ -101,11 +111,9 @@ class Case:
         return task
 
     def job(self, voice: str) -> Job:
-        extra: dict[str, Any] = {
-            "temperature": 0.0,
-            "streaming_text": self.streaming,
-            "max_new_tokens": self.max_frames,
-        }
+        extra: dict[str, Any] = {"temperature": 0.0, "max_new_tokens": self.max_frames}
+        if self.choose:
+            extra["streaming_text"] = self.streaming
         if self.ref_audio is not None:
             audio: Any = self.ref_audio
             if self.as_wav_bytes:
@@ -151,6 +159,20 @@ CASES: dict[str, list[Case]] = {
             open_at=5,
             chunks=[1, 2, 5, 40],
         ),
+        # No mode asked: a whole text takes the reference's default (non-streaming) ...
+        Case(
+            "cv_whole",
+            LONG,
+            "english",
+            False,
+            40,
+            voice="ryan",
+            instruct="A cheerful young woman reading the news.",
+            open_at=1,
+            choose=False,
+        ),
+        # ... and text that streams in is spoken in streaming-text mode.
+        Case("cv_pieces", MID, "auto", True, 30, voice="vivian", pieces=3, gap=8, choose=False),
     ],
     "voice_design": [
         Case(
@@ -165,6 +187,8 @@ CASES: dict[str, list[Case]] = {
         ),
         Case("vd_plain", SHORT, "auto", False, 30, open_at=3),
         Case("vd_long", LONG, "german", True, 40, instruct="A deep calm voice.", open_at=1),
+        Case("vd_whole", LONG, "en", False, 40, instruct="A deep calm voice.", choose=False),
+        Case("vd_pieces", SHORT, "en", True, 30, open_at=2, pieces=2, gap=9, choose=False),
     ],
     "base": [
         Case(
@@ -199,6 +223,17 @@ CASES: dict[str, list[Case]] = {
             x_vector_only=True,
             as_wav_bytes=True,
             open_at=1,
+        ),
+        # A clone's reference default is streaming-text mode, whole text or not.
+        Case(
+            "b_whole",
+            SHORT,
+            "english",
+            True,
+            24,
+            ref_audio=tone(1.0, 24000, 4),
+            x_vector_only=True,
+            choose=False,
         ),
         Case(
             "b_embedding",
@@ -273,6 +308,47 @@ def test_streamed_text_waits_instead_of_ending(run: VariantRun) -> None:
     waited = [c for c in run.cases if c.streaming and c.pieces > 1]
     # The text arrived in pieces, yet the codes equal the all-text-up-front reference.
     assert any(run.ours[c.id].starved_steps > 0 for c in waited)
+
+
+def test_unchosen_mode_is_the_one_that_matches(run: VariantRun) -> None:
+    """The cases that leave the mode to the model would give other codes in the other
+    mode: equal codes above show the model picked the reference's mode."""
+    unchosen = [c for c in run.cases if not c.choose]
+    assert unchosen
+    voice = run.model.capabilities.default_voice
+    other = [replace(c, streaming=not c.streaming, choose=True).job(voice) for c in unchosen]
+    for case, result in zip(unchosen, run_jobs(run.model, other), strict=True):
+        ref = run.ref.array(f"{case.id}.codes")
+        assert result.codes.shape != ref.shape or (result.codes != ref).any(), case.id
+
+
+def test_whole_text_defaults_are_the_reference_defaults() -> None:
+    """``WHOLE_TEXT_STREAMING`` follows the reference's ``non_streaming_mode`` default of
+    each variant's generate function (read from its source, not imported: importing it
+    needs optional audio packages)."""
+    require_reference()
+    [source] = REF_PYTHON.parents[1].glob(
+        "lib/python*/site-packages/qwen_tts/inference/qwen3_tts_model.py"
+    )
+    functions = {
+        node.name: node
+        for node in ast.walk(ast.parse(source.read_text()))
+        if isinstance(node, ast.FunctionDef)
+    }
+    names = {
+        "custom_voice": "generate_custom_voice",
+        "voice_design": "generate_voice_design",
+        "base": "generate_voice_clone",
+    }
+    non_streaming = {}
+    for variant, name in names.items():
+        args = functions[name].args
+        defaults = dict(
+            zip([a.arg for a in args.args][-len(args.defaults) :], args.defaults, strict=True)
+        )
+        defaults |= {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d}
+        non_streaming[variant] = ast.literal_eval(defaults["non_streaming_mode"])
+    assert {k: not v for k, v in non_streaming.items()} == dict(WHOLE_TEXT_STREAMING)
 
 
 def test_chunked_waveform_matches_reference_decoder(run: VariantRun) -> None:
@@ -359,7 +435,9 @@ def test_engine_audio_equals_reference_waveform(run: VariantRun) -> None:
         events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         client = EngineClient(engine, asyncio.get_running_loop(), ThreadPoolExecutor(2))
         voice = run.model.capabilities.default_voice
-        for case in run.cases:
+        # Each text arrives whole here: a case streamed in pieces without choosing the
+        # mode would take the whole-text mode instead of the one the reference ran.
+        for case in [c for c in run.cases if c.choose or c.pieces == 1]:
             job = case.job(voice)
             handle = client.open(job.params, events.put_nowait, max_lead_s=1e9)
             ids[handle.cid] = case

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from voiceserver.text.segmenter import Segment, SegmenterConfig, TextSegmenter
+from voiceserver.text.segmenter import _CLOSERS, Segment, SegmenterConfig, TextSegmenter
 
 PARAGRAPHS = [
     "Hello there, how are you today? I'm fine, thanks! Mr. Smith paid $4.50 for 3.14 kg of "
@@ -30,7 +30,18 @@ def run(text: str, pieces: list[str] | None = None, **config: object) -> list[Se
 
 
 def texts(text: str, **config: object) -> list[str]:
+    """Segments of ``text`` pushed whole."""
     return [s.text for s in run(text, **config)]
+
+
+def words(text: str) -> list[str]:
+    """``text`` as an LLM streams it: one word (with the space before it) at a time."""
+    return [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+
+
+def streamed(text: str, **config: object) -> list[str]:
+    """Segments of ``text`` pushed word by word."""
+    return [s.text for s in run(text, words(text), **config)]
 
 
 def random_split(text: str, rng: random.Random) -> list[str]:
@@ -54,37 +65,78 @@ def assert_tiles(text: str, segments: list[Segment]) -> None:
     assert rebuilt + text[pos:] == text
 
 
-def test_sentences_and_first_clause() -> None:
-    got = texts("Hello there, how are you? I am fine. Thanks!")
+def test_streamed_sentence_cuts_at_its_first_clause() -> None:
+    got = streamed("Hello there, how are you? I am fine. Thanks!")
     assert got == ["Hello there,", "how are you?", "I am fine.", "Thanks!"]
 
 
+def test_whole_text_cuts_only_at_sentence_ends() -> None:
+    got = texts("Hello there, how are you? I am fine, thanks! Then it runs, and stops.")
+    assert got == ["Hello there, how are you?", "I am fine, thanks!", "Then it runs, and stops."]
+
+
+def test_a_clause_cuts_only_the_trailing_sentence_still_arriving() -> None:
+    seg = TextSegmenter(SegmenterConfig(min_clause_chars=20))
+    # The first sentence's end is buffered: its comma is passed over; the second
+    # sentence's end has not arrived, so its clause goes ahead.
+    got = seg.push("Well, the first one ends here. The second sentence is longer, still", 0.0)
+    assert [s.text for s in got] == ["Well, the first one ends here."]
+    # More text after the piece: the second sentence is streaming in.
+    assert [s.text for s in seg.push(" coming", 0.0)] == ["The second sentence is longer,"]
+    assert seg.buffered == "still coming"
+
+
+def test_a_clause_that_arrived_before_its_sentence_end_is_cut() -> None:
+    seg = TextSegmenter(SegmenterConfig())
+    assert seg.push("Well, I think so,", 0.0) == []  # the comma's cut needs the next char
+    # The next word brings the sentence's end, but the comma came first: it goes ahead.
+    assert [s.text for s in seg.push(" yes.", 0.0)] == ["Well, I think so,"]
+    assert texts("Well, I think so, yes.") == ["Well, I think so, yes."]
+
+
+def test_a_pending_sentence_end_holds_the_clause_back() -> None:
+    seg = TextSegmenter(SegmenterConfig())
+    # "down!" may end the sentence (the next word decides): the comma waits with it.
+    assert seg.push("Then it runs back into the forest, before the sun goes down!", 0.0) == []
+    assert [s.text for s in seg.flush()] == [
+        "Then it runs back into the forest, before the sun goes down!"
+    ]
+
+
+def test_a_long_whole_sentence_is_cut_at_a_clause_within_the_cap() -> None:
+    text = "This first clause is long enough, and the second one is longer still, then it ends."
+    assert texts(text, max_chars=60) == [
+        "This first clause is long enough,",
+        "and the second one is longer still, then it ends.",
+    ]
+
+
 def test_first_segment_clause_needs_first_min_chars() -> None:
-    assert texts("Hi, you, there, friend", first_min_chars=12) == ["Hi, you, there,", "friend"]
-    assert texts("Hi, you there", first_min_chars=3) == ["Hi,", "you there"]
+    assert streamed("Hi, you, there, friend", first_min_chars=12) == ["Hi, you, there,", "friend"]
+    assert streamed("Hi, you there", first_min_chars=3) == ["Hi,", "you there"]
 
 
 def test_later_clause_needs_min_clause_chars() -> None:
     text = "Hello. Short one, not cut. This clause is long enough to be cut here, right?"
-    assert texts(text) == [
+    assert streamed(text) == [
         "Hello.",
         "Short one, not cut.",
         "This clause is long enough to be cut here,",
         "right?",
     ]
-    assert texts(text, min_clause_chars=10)[1:3] == ["Short one,", "not cut."]
+    assert streamed(text, min_clause_chars=10)[1:3] == ["Short one,", "not cut."]
 
 
 @pytest.mark.parametrize("mark", [";", ":", "—", "–"])
 def test_other_clause_marks(mark: str) -> None:
-    assert texts(f"Listen to this part {mark} then the rest") == [
+    assert streamed(f"Listen to this part {mark} then the rest") == [
         f"Listen to this part {mark}",
         "then the rest",
     ]
 
 
 def test_no_cut_inside_numbers() -> None:
-    assert texts("We counted 1,000,000 stars, 3.14 km away, for $4.50 each.") == [
+    assert streamed("We counted 1,000,000 stars, 3.14 km away, for $4.50 each.") == [
         "We counted 1,000,000 stars,",
         "3.14 km away, for $4.50 each.",
     ]
@@ -175,7 +227,8 @@ def test_unicode() -> None:
         "Naïve… résumé.",
         "Oui… non.",
     ]
-    assert texts("你好。我们走吧！真的吗？「好」。好的，再见", min_clause_chars=3) == [
+    cjk = "你好。我们走吧！真的吗？「好」。好的，再见"
+    assert [s.text for s in run(cjk, list(cjk), min_clause_chars=3)] == [
         "你好。",
         "我们走吧！",
         "真的吗？",
@@ -260,19 +313,37 @@ def test_flush_and_offsets_continue() -> None:
     assert s == Segment("Next one.", 7, 16, False)
 
 
-def test_streaming_matches_whole_text() -> None:
-    configs: list[dict[str, object]] = [
-        {},
-        {"max_chars": 50},
-        {"first_min_chars": 5, "min_clause_chars": 15},
-    ]
+def test_streaming_only_adds_clause_cuts_to_the_whole_text_cuts() -> None:
+    """Whatever the pieces, the whole text's sentence cuts stay where they are; streamed
+    pieces may add clause cuts (and only those) in sentences still arriving."""
+    configs: list[dict[str, object]] = [{}, {"first_min_chars": 5, "min_clause_chars": 15}]
     for config in configs:
         for text in [*PARAGRAPHS, "\n".join(PARAGRAPHS), " ".join(PARAGRAPHS)]:
             whole = run(text, **config)
             assert_tiles(text, whole)
+            cuts = {s.char_end for s in whole}
+            for s, after in zip(
+                whole[:-1], whole[1:], strict=True
+            ):  # no clause cut before a sentence end
+                assert s.text[-1] not in ",;:—–" or "\n" in text[s.char_end : after.char_start]
             for seed in range(25):
                 pieces = random_split(text, random.Random(seed))
-                assert run(text, pieces, **config) == whole, (config, seed)
+                got = run(text, pieces, **config)
+                assert_tiles(text, got)
+                extra = [s for s in got if s.char_end not in cuts]
+                assert cuts <= {s.char_end for s in got}, (config, seed)
+                assert all(s.text.rstrip(_CLOSERS)[-1] in ",;:—–，；：" for s in extra), extra
+            by_char = run(text, list(text), **config)
+            assert cuts <= {s.char_end for s in by_char}
+
+
+def test_clause_cuts_follow_the_stream() -> None:
+    text = "Then it runs back into the forest to find its friends, before the sun goes down!"
+    assert texts(text) == [text]
+    assert streamed(text) == [
+        "Then it runs back into the forest to find its friends,",
+        "before the sun goes down!",
+    ]
 
 
 def test_push_poll_never_emit_unspeakable_segments() -> None:
