@@ -17,6 +17,7 @@ import pytest
 
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.serving import RunningServer, run_server
+from tests.wsclient import Client
 from voiceserver.config import ServerConfig, config_for_checkpoint, with_checkpoint
 
 CV_NAME = "Qwen3-TTS-12Hz-1.7B-CustomVoice"
@@ -123,6 +124,25 @@ def test_voice_with_voice_design_is_ignored_with_a_warning(voice_design: Running
     plain = post(voice_design, task_type="VoiceDesign", instructions="warm")
     assert "warning" not in plain.headers
     assert with_voice.content == plain.content
+
+
+async def test_native_socket_says_the_ignored_voice_as_a_warning(
+    voice_design: RunningServer,
+) -> None:
+    client = await Client.connect(voice_design.ws)
+    for cid, voice in (("named", "vivian"), ("plain", None)):
+        create = {"voice": voice} if voice else {}
+        await client.send(
+            type="context.create", context_id=cid, instructions="warm", **SHORT, **create
+        )
+        await client.send(type="text.append", context_id=cid, text="Hello there.")
+        await client.send(type="context.end", context_id=cid)
+        await client.until("context.done", cid)
+    warned = [w for w in client.got.of_type("warning") if "voice" in w["message"]]
+    assert [w["context_id"] for w in warned] == ["named"], client.got.of_type("warning")
+    assert "vivian" in warned[0]["message"] and "ignored" in warned[0]["message"]
+    assert client.got.audio["named"] == client.got.audio["plain"]
+    await client.close()
 
 
 def test_base_needs_reference_audio(base: RunningServer) -> None:

