@@ -12,6 +12,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 
 from voiceserver.config import ModelConfig, ServerConfig
+from voiceserver.http.auth import mint_token
 from voiceserver.http.batch import speech_batch
 from voiceserver.http.info import health, list_models
 from voiceserver.http.metrics import metrics_endpoint
@@ -20,6 +21,7 @@ from voiceserver.http.voices import create_voice, delete_voice, list_voices
 from voiceserver.runtime import Runtime
 from voiceserver.transport.compat_vllm import vllm_speech_stream
 from voiceserver.transport.origin import OriginGuard
+from voiceserver.transport.tokens import TokenSigner
 from voiceserver.transport.ws import speech_websocket
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,12 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
         Route("/v1/audio/voices", list_voices, methods=["GET"]),
         Route("/v1/audio/voices", create_voice, methods=["POST"]),
         Route("/v1/audio/voices/{name}", delete_voice, methods=["DELETE"]),
+        Route("/v1/auth/tokens", mint_token, methods=["POST"]),
         WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
         WebSocketRoute("/v1/audio/speech/stream", vllm_speech_stream),
     ]
     middleware = [Middleware(OriginGuard, allowed_origins=server.allowed_origins)]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    # One secret per app: a restart or another instance invalidates its tokens.
+    app.state.token_signer = TokenSigner()
+    return app

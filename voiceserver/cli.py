@@ -63,11 +63,14 @@ def serve(argv: list[str]) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--cors-origin",
         "--allow-origin",
+        dest="allow_origin",
+        metavar="ORIGIN",
         action="append",
         default=[],
-        help="a browser origin (https://app.example) allowed besides the server's own; "
-        "'*' allows any (default: none)",
+        help="a browser origin (https://app.example) allowed besides the server's own, "
+        "with CORS headers on HTTP; repeatable; '*' allows any (default: none)",
     )
     parser.add_argument(
         "--served-model-name",

@@ -97,7 +97,8 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()
     """Browser origins (``https://app.example``) allowed to call the server, besides
     its own origin; ``*`` allows any. Requests without an Origin header (non-browser
-    clients) are always allowed."""
+    clients) are always allowed. HTTP answers these origins with CORS headers
+    (``--cors-origin``, alias ``--allow-origin``)."""
     media: MediaConfig = field(default_factory=MediaConfig)
     """Local files and URLs as ``ref_audio``."""
 

@@ -12,7 +12,9 @@ voice, with no key configured (the default). The rule:
 - an origin in ``ServerConfig.allowed_origins`` (exact, case-insensitive; ``*``
   allows every origin): allowed;
 - anything else, ``null`` included (sandboxed frames, ``file:`` pages): HTTP 403
-  ``origin_not_allowed``, before the WebSocket upgrade or the endpoint runs.
+  ``origin_not_allowed``, before the WebSocket upgrade or the endpoint runs. This
+  holds with an API key too: a browser page on another origin needs
+  ``--cors-origin`` (alias ``--allow-origin``) whatever credentials it has.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from protocol.errors import ErrorCode
 
@@ -59,8 +61,40 @@ def origin_allowed(
     return mine == _host_netloc(host, page_scheme)
 
 
+CORS_METHODS = "GET, POST, DELETE, OPTIONS"
+CORS_HEADERS = "Authorization, Content-Type, X-Request-Id"
+CORS_MAX_AGE_S = 600
+"""How long a browser may cache a preflight answer."""
+
+
+def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-expose-headers", b"X-Request-Id, Retry-After"),
+        (b"vary", b"Origin"),
+    ]
+
+
+def _refusal(origin: str) -> bytes:
+    return json.dumps(
+        {
+            "error": {
+                "message": f"origin {origin!r} is not allowed to use this server; start it"
+                f" with --cors-origin {origin} (alias --allow-origin) to allow this web page",
+                "type": "permission_error",
+                "param": None,
+                "code": str(ErrorCode.ORIGIN_NOT_ALLOWED),
+            }
+        }
+    ).encode()
+
+
 class OriginGuard:
-    """ASGI middleware applying :func:`origin_allowed` to HTTP requests and WebSockets."""
+    """ASGI middleware applying :func:`origin_allowed` to HTTP requests and WebSockets,
+    and answering CORS for allowed origins on HTTP: a preflight ``OPTIONS`` gets
+    204 with the allowed methods and headers, every other response
+    ``Access-Control-Allow-Origin`` echoing the page's origin. A refused origin
+    gets no CORS headers, so the browser hides the answer from the page."""
 
     def __init__(self, app: ASGIApp, allowed_origins: Iterable[str]) -> None:
         self.app = app
@@ -73,19 +107,26 @@ class OriginGuard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         origin = headers.get("origin")
         if origin_allowed(origin, headers.get("host"), scope.get("scheme", "http"), self.allowed):
-            await self.app(scope, receive, send)
+            if origin is None or scope["type"] != "http":
+                await self.app(scope, receive, send)
+            elif scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+                await self._preflight(origin, send)
+            else:
+                await self.app(scope, receive, _with_cors(send, origin))
             return
-        body = json.dumps(
-            {
-                "error": {
-                    "message": f"origin {origin!r} is not allowed to use this server; start it"
-                    " with --allow-origin to allow a web page's origin",
-                    "type": "permission_error",
-                    "param": None,
-                    "code": str(ErrorCode.ORIGIN_NOT_ALLOWED),
-                }
-            }
-        ).encode()
+        await self._refuse(scope, send, _refusal(origin or "null"))
+
+    async def _preflight(self, origin: str, send: Send) -> None:
+        response_headers = _cors_headers(origin) + [
+            (b"access-control-allow-methods", CORS_METHODS.encode()),
+            (b"access-control-allow-headers", CORS_HEADERS.encode()),
+            (b"access-control-max-age", str(CORS_MAX_AGE_S).encode()),
+            (b"content-length", b"0"),
+        ]
+        await send({"type": "http.response.start", "status": 204, "headers": response_headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _refuse(self, scope: Scope, send: Send, body: bytes) -> None:
         response_headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
@@ -103,4 +144,19 @@ class OriginGuard:
             )
             await send({"type": "websocket.http.response.body", "body": body})
         else:
-            await send({"type": "websocket.close", "code": 1008})
+            await send(
+                {
+                    "type": "websocket.close",
+                    "code": 1008,
+                    "reason": "origin not allowed: --cors-origin",
+                }
+            )
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    async def cors_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *_cors_headers(origin)]}
+        await send(message)
+
+    return cors_send
