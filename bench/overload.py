@@ -31,7 +31,7 @@ from voiceclient.server_info import get_json, http_base
 from bench.cli import add_report_arguments, add_speech_arguments
 from bench.loadgen import RESULTS_DIR
 from bench.measure import Arrival, RequestResult, count_underruns
-from bench.report import machine_info, write_json
+from bench.report import machine_info, server_log_summary, write_json
 from bench.request import RequestSpec, run_request, spec_for_server
 from bench.spawn import spawn_server
 from bench.stats import summarize
@@ -760,21 +760,6 @@ def _target(args: argparse.Namespace) -> Iterator[tuple[str, Path | None]]:
         yield server.url, server.log_path
 
 
-def _server_log(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return {"path": str(path), "lines": None}
-    return {
-        "path": str(path),
-        "lines": len(lines),
-        "errors": sum(1 for line in lines if " ERROR " in line or "Traceback" in line),
-        "tail": lines[-20:],
-    }
-
-
 DEFINITIONS = {
     "admitted": "the context was created and its audio arrived to the end (context.done)",
     "refused": "the server answered the context.create with an `overloaded` error "
@@ -814,7 +799,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return state
 
         state = asyncio.run(main_task())
-        server_log = _server_log(log_path)
+        server_log = server_log_summary(log_path)
     origin = state.ramp_started
     per_session = [session_json(s, origin, args.prebuffer_ms) for s in state.sessions]
     health = dict(state.health)

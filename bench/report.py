@@ -85,3 +85,20 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def server_log_summary(path: Path | None) -> dict[str, Any] | None:
+    """Line, error and warning counts and the last lines of a spawned server's log."""
+    if path is None:
+        return None
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return {"path": str(path), "lines": None}
+    return {
+        "path": str(path),
+        "lines": len(lines),
+        "errors": sum(1 for line in lines if " ERROR " in line or "Traceback" in line),
+        "warnings": sum(1 for line in lines if " WARNING " in line),
+        "tail": lines[-20:],
+    }

@@ -30,7 +30,7 @@ from bench.cli import add_report_arguments, add_speech_arguments, add_target_arg
 from bench.loadgen import RESULTS_DIR
 from bench.measure import RequestResult
 from bench.procstat import ProcSample, open_files_limit, raise_open_files_limit, read_proc
-from bench.report import machine_info, write_json
+from bench.report import machine_info, server_log_summary, write_json
 from bench.request import RequestSpec, failed_request, run_request, spec_for_server
 from bench.soak_report import (
     fit_line,
@@ -49,7 +49,6 @@ FD_HEADROOM = 256
 HEALTH_TIMEOUT_S = 5.0
 FAILURE_BACKOFF_S = 1.0
 SAY_FIRST = 5
-LOG_TAIL_LINES = 20
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -487,22 +486,6 @@ def check_open_files(args: argparse.Namespace) -> int:
     return limit
 
 
-def _server_log(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return {"path": str(path), "lines": None}
-    return {
-        "path": str(path),
-        "lines": len(lines),
-        "errors": sum(1 for line in lines if " ERROR " in line or "Traceback" in line),
-        "warnings": sum(1 for line in lines if " WARNING " in line),
-        "tail": lines[-LOG_TAIL_LINES:],
-    }
-
-
 def _at(series: dict[str, list[Any]], key: str, t_s: float | None) -> Any:
     """The first non-None sample of ``key`` at or after ``t_s``."""
     if t_s is None:
@@ -664,7 +647,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return state
 
         state = asyncio.run(main_task())
-        server_log = _server_log(log_path)
+        server_log = server_log_summary(log_path)
     rel = {k: round(v - state.origin, 3) for k, v in state.phases.items()}
     report: dict[str, Any] = {
         "name": args.name or out.stem,
