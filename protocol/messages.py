@@ -135,6 +135,7 @@ class SessionSettings(msgspec.Struct, kw_only=True, frozen=True):
     repetition_penalty: RepetitionPenalty | None = None
     seed: Seed | None = None
     max_new_tokens: PositiveInt | None = None
+    streaming_text: bool | None = None
 
 
 class ContextSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -158,6 +159,7 @@ class ContextSettings(msgspec.Struct, kw_only=True, frozen=True):
     repetition_penalty: RepetitionPenalty | None = None
     seed: Seed | None = None
     max_new_tokens: PositiveInt | None = None
+    streaming_text: bool | None = None
 
 
 class WordTimestamp(msgspec.Struct, kw_only=True, frozen=True):
@@ -202,6 +204,7 @@ class SessionUpdate(_ClientMessage, tag="session.update"):
     repetition_penalty: RepetitionPenalty | None = None
     seed: Seed | None = None
     max_new_tokens: PositiveInt | None = None
+    streaming_text: bool | None = None
 
 
 class ContextCreate(_ClientMessage, tag="context.create"):
@@ -222,6 +225,7 @@ class ContextCreate(_ClientMessage, tag="context.create"):
     repetition_penalty: RepetitionPenalty | None = None
     seed: Seed | None = None
     max_new_tokens: PositiveInt | None = None
+    streaming_text: bool | None = None
 
 
 class TextAppend(_ClientMessage, tag="text.append"):

@@ -57,7 +57,7 @@ def test_config_is_picked_from_the_checkpoint(checkpoint: Path) -> None:
 
 async def test_websocket_streams_from_a_checkpoint(server: RunningServer) -> None:
     voice = speaker(server)
-    client = await stream_words(server, "q", voice=voice, temperature=0)
+    client = await stream_words(server, "q", voice=voice, temperature=0, streaming_text=True)
     await client.send(type="context.end", context_id="q")
     done = await client.until("context.done", "q", timeout=120)
     await client.close()
@@ -65,12 +65,45 @@ async def test_websocket_streams_from_a_checkpoint(server: RunningServer) -> Non
     assert len(audio) > 0 and done["usage"]["frames"] >= 1
     # 12.5 Hz frames at 24 kHz: the audio is a whole number of 80 ms frames.
     assert len(audio) == done["usage"]["frames"] * 1920
-    # Greedy is deterministic: the same request gives the same audio.
-    again = await stream_words(server, "q2", voice=voice, temperature=0)
+    # Greedy is deterministic: the same request gives the same audio. The mode is pinned
+    # (streaming_text): left open, a context picks it from whether its text is all there
+    # when it starts, which depends on timing.
+    again = await stream_words(server, "q2", voice=voice, temperature=0, streaming_text=True)
     await again.send(type="context.end", context_id="q2")
     await again.until("context.done", "q2", timeout=120)
     await again.close()
-    assert bytes(again.got.audio["q2"]) == bytes(client.got.audio["q"])
+    repeat = np.frombuffer(bytes(again.got.audio["q2"]), np.int16)
+    assert repeat.shape == audio.shape
+    differ = np.flatnonzero(repeat != audio)
+    assert differ.size == 0, f"{differ.size} samples differ, the first at {differ[:1]}"
+
+
+async def test_streaming_text_chosen_per_context(server: RunningServer) -> None:
+    """streaming_text on context.create picks the mode: word times need streaming text,
+    so false is answered with a warning and no timestamps, true gets them."""
+    voice = speaker(server)
+    got = {}
+    for flag in (False, True):
+        cid = f"mode-{flag}"
+        client = await Client.connect(server.ws)
+        await client.send(
+            type="context.create",
+            context_id=cid,
+            voice=voice,
+            temperature=0,
+            timestamps="word",
+            streaming_text=flag,
+        )
+        await client.send(type="text.append", context_id=cid, text="Hello there.")
+        await client.send(type="context.end", context_id=cid)
+        await client.until("context.done", cid, timeout=120)
+        await client.close()
+        got[flag] = client.got
+    assert [w["context_id"] for w in got[False].of_type("warning")] == ["mode-False"]
+    assert not got[False].of_type("timestamps")
+    assert not got[True].of_type("warning")
+    words = [w["text"] for m in got[True].of_type("timestamps") for w in m["words"]]
+    assert words == ["Hello", "there."]
 
 
 async def test_unknown_speaker_and_bad_sampling_are_errors(server: RunningServer) -> None:

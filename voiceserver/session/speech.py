@@ -66,6 +66,7 @@ EXTRA_FIELDS = (
     "repetition_penalty",
     "seed",
     "max_new_tokens",
+    "streaming_text",
 )
 
 
