@@ -14,12 +14,17 @@ PORT ?= 8000
 # torch: the pinned CPU build where no GPU is present (nothing downloads gigabytes).
 TORCH := torch==2.13.0
 
-.PHONY: serve test setup system-deps lint bench clean
+# The browser SDK's tools (clients/js, npm) and Debian's chromium for its browser tests.
+JS_DIR := clients/js
+JS_STAMP := $(JS_DIR)/node_modules/.voiceserver-installed
+
+.PHONY: serve test setup system-deps test-deps lint bench clean
 
 serve: setup
 	$(VENV)/bin/voiceserver serve --host $(HOST) --port $(PORT)
 
-test: setup $(REF_STAMP)
+test: setup test-deps $(REF_STAMP) $(JS_STAMP)
+	cd $(JS_DIR) && npm run --silent check && npm test --silent
 	$(PY) -m pytest -q
 
 setup: system-deps $(STAMP)
@@ -27,6 +32,16 @@ setup: system-deps $(STAMP)
 system-deps:
 	@$(PYTHON) -c "import ctypes.util, sys; sys.exit(0 if ctypes.util.find_library('opus') else 1)" \
 		|| ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libopus0)
+
+# Node/npm for the SDK's build and tests; Debian's chromium for the browser tests
+# (playwright-core drives it: no browser download).
+test-deps:
+	@command -v npm >/dev/null && command -v chromium >/dev/null \
+		|| ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm chromium)
+
+$(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
+	cd $(JS_DIR) && npm ci --no-audit --no-fund
+	touch $(JS_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,4 +63,4 @@ bench: setup
 	$(PY) -m bench.loadgen --concurrency 1 4 16
 
 clean:
-	rm -rf $(VENV) .venv-ref
+	rm -rf $(VENV) .venv-ref $(JS_DIR)/node_modules

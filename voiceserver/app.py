@@ -18,6 +18,7 @@ from voiceserver.http.info import health, list_models
 from voiceserver.http.metrics import metrics_endpoint
 from voiceserver.http.speech import speech
 from voiceserver.http.voices import create_voice, delete_voice, list_voices
+from voiceserver.http.web import web_routes
 from voiceserver.runtime import Runtime
 from voiceserver.transport.compat_vllm import vllm_speech_stream
 from voiceserver.transport.origin import OriginGuard
@@ -52,6 +53,7 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
         Route("/v1/auth/tokens", mint_token, methods=["POST"]),
         WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
         WebSocketRoute("/v1/audio/speech/stream", vllm_speech_stream),
+        *web_routes(server.demo_page),
     ]
     middleware = [Middleware(OriginGuard, allowed_origins=server.allowed_origins)]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)

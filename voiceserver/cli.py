@@ -63,6 +63,11 @@ def serve(argv: list[str]) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--no-demo",
+        action="store_true",
+        help="do not serve the demo page at / (the SDK at /sdk/voiceserver.js stays)",
+    )
+    parser.add_argument(
         "--cors-origin",
         "--allow-origin",
         dest="allow_origin",
@@ -150,6 +155,7 @@ def serve(argv: list[str]) -> None:
         voices_dir=args.voices_dir,
         shutdown_timeout_s=args.shutdown_timeout,
         allowed_origins=tuple(args.allow_origin),
+        demo_page=not args.no_demo,
         media=media,
     )
     app = create_app(server, model_config)

@@ -101,6 +101,9 @@ class ServerConfig:
     (``--cors-origin``, alias ``--allow-origin``)."""
     media: MediaConfig = field(default_factory=MediaConfig)
     """Local files and URLs as ``ref_audio``."""
+    demo_page: bool = True
+    """Serve the demo page at ``/`` (``--no-demo`` turns it off); the browser SDK at
+    ``/sdk/voiceserver.js`` is served either way."""
 
 
 @dataclass(frozen=True)
