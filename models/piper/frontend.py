@@ -74,7 +74,7 @@ class PiperFrontend:
             in_word = False
             for piece in self.split(phonemes):
                 units.append(np.asarray(self._voice.phonemes_to_ids(piece), np.int64))
-                found: dict[int, list[int]] = {}
+                group_ids: dict[int, list[int]] = {}  # group -> its ids in this unit
                 at = self._prefix
                 for phoneme in piece:
                     cost = self._cost(phoneme)
@@ -84,13 +84,11 @@ class PiperFrontend:
                         in_word = False
                     else:
                         in_word = True
-                        word = owner[group]
-                        if word >= 0 and cost:
-                            span = found.setdefault(word, [at, at + cost])
+                        if cost:
+                            span = group_ids.setdefault(group, [at, at + cost])
                             span[1] = at + cost
                     at += cost
-                rows = [(word, a, b) for word, (a, b) in sorted(found.items())]
-                tables.append(np.asarray(rows, np.int64).reshape(-1, 3))
+                tables.append(_word_rows(group_ids, owner))
             if in_word:
                 group += 1
         return AlignedText(units, tables, spans)
@@ -159,15 +157,42 @@ def _groups(phonemes: list[str]) -> int:
     return len("".join(WORD_BREAK if p == WORD_BREAK else "x" for p in phonemes).split())
 
 
-def _owners(counts: list[int], groups: int) -> list[int]:
-    """The text word (index) each phoneme group belongs to; -1 for none.
+def _owners(counts: list[int], groups: int) -> list[list[int]]:
+    """The text words (indices) each phoneme group belongs to, one list per group and
+    an empty one past the end.
 
     Word ``i`` takes ``counts[i]`` groups when the counts add up to ``groups``,
-    else a share of the groups in proportion to its count, in order."""
+    else a share of the groups in proportion to its count, in order. A spoken word
+    whose share rounds to nothing (espeak ran it into a neighbour: ``as it`` said
+    as one group) shares the group before it; a word that speaks nothing owns none."""
+    owners: list[list[int]] = [[] for _ in range(groups + 1)]
     total = sum(counts)
-    if not total:
-        return [-1] * (groups + 1)
-    bounds = np.cumsum(counts) * groups / total
-    ends = np.round(bounds).astype(np.int64)
-    owner = np.searchsorted(ends, np.arange(groups), side="right")
-    return [*owner.tolist(), -1]
+    if not total or not groups:
+        return owners
+    ends = np.round(np.cumsum(counts) * groups / total).astype(np.int64).tolist()
+    start = 0
+    for word, (count, end) in enumerate(zip(counts, ends, strict=True)):
+        if count == 0:
+            continue
+        if end > start:
+            for g in range(start, end):
+                owners[g].append(word)
+            start = end
+        else:
+            owners[max(0, start - 1)].append(word)
+    return owners
+
+
+def _word_rows(spans: dict[int, list[int]], owners: list[list[int]]) -> np.ndarray:
+    """``(word, first id, end id)`` rows of one unit from its groups' id spans; a group
+    shared by several words is cut into equal consecutive parts, one each."""
+    found: dict[int, list[int]] = {}
+    for group, (a, b) in spans.items():
+        words = owners[group] if group < len(owners) else []
+        for j, word in enumerate(words):
+            lo = a + (b - a) * j // len(words)
+            hi = a + (b - a) * (j + 1) // len(words)
+            span = found.setdefault(word, [lo, hi])
+            span[0], span[1] = min(span[0], lo), max(span[1], hi)
+    rows = [(word, a, b) for word, (a, b) in sorted(found.items())]
+    return np.asarray(rows, np.int64).reshape(-1, 3)

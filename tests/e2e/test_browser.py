@@ -112,6 +112,9 @@ def test_demo_page_plays_a_streamed_paragraph(server: RunningServer, encoding: s
     assert int(figures["bytes"].replace(",", "")) == player["bytesReceived"]
     assert re.fullmatch(r"\d+ ms", figures["ttfa"]), figures
     assert shot.stat().st_size > 10_000
+    # Word timestamps reached the page: every word of the paragraph, all marked spoken.
+    assert [w["text"] for w in got["words"]] == got["text"].split()
+    assert all(w["said"] for w in got["words"])
 
 
 def test_stop_silences_within_100_ms_and_the_server_confirms(server: RunningServer) -> None:

@@ -218,6 +218,7 @@ def test_required_nullable_and_default_valued_fields_are_always_sent():
         "repetition_penalty": None,
         "seed": None,
         "max_new_tokens": None,
+        "streaming_text": None,
     }
     assert created["limits"] == {
         "max_contexts": 8,

@@ -5,7 +5,7 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   text: $("text"), voice: $("voice"), encoding: $("encoding"), simulate: $("simulate"),
   rate: $("rate"), key: $("key"), speak: $("speak"), stop: $("stop"), status: $("status"),
-  meter: $("meter"), model: $("model"),
+  meter: $("meter"), model: $("model"), words: $("words"),
   ttfa: $("ttfa"), played: $("played"), buffered: $("buffered"), underruns: $("underruns"),
   bytes: $("bytes"), wire: $("wire"),
 };
@@ -82,8 +82,19 @@ async function speak() {
     const c = await client();
     await c.player.resume();
     if (demo.context) await demo.context.cancel();
-    const ctx = c.context({ voice: ui.voice.value || undefined });
+    const ctx = c.context({ voice: ui.voice.value || undefined, timestamps: "word" });
     demo.context = ctx;
+    ui.words.replaceChildren();
+    const chars = Array.from(text); // the server counts code points
+    ctx.on("timestamps", (words) => {
+      for (const w of words) {
+        const span = document.createElement("span");
+        span.textContent = chars.slice(w.char_start, w.char_end).join("");
+        span.dataset.start = w.start_ms;
+        span.dataset.end = w.end_ms;
+        ui.words.append(span, " ");
+      }
+    });
     demo.contexts.push(ctx);
     ui.stop.disabled = false;
     status("Speaking…");
@@ -135,32 +146,44 @@ async function stop() {
   status(`Stopped after ${(playedMs / 1000).toFixed(1)} s.`);
 }
 
+/** The level meter and figures, 20 times a second (cheap: the page must not steal the
+ * CPU that speech is made with when the server runs on the same machine). */
 function draw() {
   const canvas = ui.meter;
   const g = canvas.getContext("2d");
-  const history = new Array(160).fill(0);
-  const frame = () => {
+  const history = new Array(120).fill(0);
+  let quiet = 0;
+  setInterval(() => {
     const c = demo.client;
     const s = c ? c.player.stats() : null;
-    history.push(s ? s.level : 0);
+    const level = s ? s.level : 0;
+    history.push(level);
     history.shift();
-    g.clearRect(0, 0, canvas.width, canvas.height);
-    const w = canvas.width / history.length;
-    const mid = canvas.height / 2;
-    g.fillStyle = "#4a9";
-    history.forEach((v, i) => {
-      const h = Math.max(1, Math.min(1, v * 1.5) * mid);
-      g.fillRect(i * w, mid - h, Math.max(1, w - 1), 2 * h);
-    });
+    quiet = level > 0 ? 0 : quiet + 1;
+    if (quiet <= history.length) {
+      g.clearRect(0, 0, canvas.width, canvas.height);
+      const w = canvas.width / history.length;
+      const mid = canvas.height / 2;
+      g.fillStyle = "#4a9";
+      history.forEach((v, i) => {
+        const h = Math.max(1, Math.min(1, v * 1.5) * mid);
+        g.fillRect(i * w, mid - h, Math.max(1, w - 1), 2 * h);
+      });
+    }
+    if (demo.context) {
+      const at = demo.context.stats.playedMs;
+      for (const span of ui.words.children) {
+        span.classList.toggle("said", Number(span.dataset.end) <= at);
+        span.classList.toggle("now", Number(span.dataset.start) <= at && at < Number(span.dataset.end));
+      }
+    }
     if (s) {
       ui.played.textContent = `${(s.playedMs / 1000).toFixed(1)} s`;
       ui.buffered.textContent = `${Math.round(s.bufferedMs)} ms`;
       ui.underruns.textContent = String(s.underruns);
       ui.bytes.textContent = s.bytesReceived.toLocaleString("en");
     }
-    requestAnimationFrame(frame);
-  };
-  requestAnimationFrame(frame);
+  }, 50);
 }
 
 ui.speak.addEventListener("click", speak);

@@ -70,6 +70,8 @@ export interface ContextStats {
   ttfaPlayedMs: number | null;
   /** Audio received, in ms. */
   audioMs: number;
+  /** Of it, audio played so far, in ms (follows playback; for word highlighting). */
+  playedMs: number;
   bytesReceived: number;
   underruns: number;
 }
@@ -131,6 +133,7 @@ export class SpeechContext extends Emitter<ContextEvents> {
   private ended = false;
   private settled = false;
   private playbackOver = false;
+  private finalPlayedMs = 0;
   private cancelling: Promise<ContextEvents["cancelled"]> | null = null;
   private acknowledgeCancel: ((audioSentMs: number) => void) | null = null;
   /** @internal */
@@ -163,6 +166,7 @@ export class SpeechContext extends Emitter<ContextEvents> {
       ttfaMs: this.firstAudioAt === null ? null : this.firstAudioAt - start,
       ttfaPlayedMs: this.firstPlayedAt === null ? null : this.firstPlayedAt - start,
       audioMs: (this.samples / this.client.player.sampleRate) * 1000,
+      playedMs: this.playbackOver ? this.finalPlayedMs : this.client.player.playedMsOf(this.id),
       bytesReceived: this.bytes,
       underruns: this.underruns,
     };
@@ -310,6 +314,7 @@ export class SpeechContext extends Emitter<ContextEvents> {
   private finishPlayback(playedMs: number): void {
     if (this.playbackOver) return;
     this.playbackOver = true;
+    this.finalPlayedMs = playedMs;
     this.resolvePlayed({ playedMs });
     this.emit("played", { playedMs });
   }
@@ -370,6 +375,16 @@ export class VoiceClient extends Emitter<ClientEvents> {
   context(options: ContextOptions = {}): SpeechContext {
     if (!this.connected) {
       throw new VoiceError("not_connected", "the client is not connected: call VoiceClient.connect (or reconnect()) first");
+    }
+    if ("output_format" in options || "context_id" in options) {
+      const field = "output_format" in options ? "output_format" : "context_id";
+      throw new VoiceError(
+        "invalid_field",
+        field === "output_format"
+          ? "output_format is chosen per client (encoding and sampleRate in VoiceClient.connect): the player decodes one format"
+          : "context_id is chosen by the SDK (see ctx.id)",
+        field,
+      );
     }
     const ctx = new SpeechContext(this, options);
     this.contexts.set(ctx.id, ctx);

@@ -93,6 +93,11 @@ export class Player {
     };
   }
 
+  /** Milliseconds of `id` played so far, as of the latest report (0 unless it is sounding). */
+  playedMsOf(id: string): number {
+    return this.status.current === id ? (this.status.currentPlayed / this.sampleRate) * 1000 : 0;
+  }
+
   /** @internal */
   countBytes(n: number): void {
     this.bytes += n;

@@ -91,10 +91,22 @@ def test_a_sentence_cut_mid_word_times_that_word_once() -> None:
 
 def test_group_owners_exact_and_proportional() -> None:
     # Counts that add up: each word takes its own groups, in order.
-    assert _owners([1, 2, 1], 4)[:4] == [0, 1, 1, 2]
+    assert _owners([1, 2, 1], 4)[:4] == [[0], [1], [1], [2]]
     # They do not: groups are shared out in proportion, still in order.
-    owners = _owners([1, 1, 2], 8)[:8]
+    owners = [o[0] for o in _owners([1, 1, 2], 8)[:8]]
     assert owners == sorted(owners) and set(owners) == {0, 1, 2}
     assert owners.count(2) == 4
     # A word that speaks nothing owns nothing.
-    assert 1 not in _owners([1, 0, 1], 2)
+    assert all(1 not in o for o in _owners([1, 0, 1], 2))
+    # A word run into its neighbour (fewer groups than words) shares a group: every
+    # spoken word still owns one, in order.
+    merged = _owners([1, 1, 1, 1], 3)
+    assert [w for o in merged for w in o] == [0, 1, 2, 3] and all(merged[:3])
+
+
+def test_words_espeak_runs_together_are_all_timed(model: LoadedModel) -> None:
+    """espeak says "as it" and "goes in" as one word each; both words get times."""
+    text = "Text goes in over a WebSocket as it is written."
+    timed, _ = run(model, text)
+    assert [w for w, *_ in timed] == list(range(len(text.split())))
+    assert all(a[2] <= b[1] for a, b in zip(timed, timed[1:], strict=False))

@@ -227,6 +227,10 @@ var Player = class _Player {
       sampleRate: this.sampleRate
     };
   }
+  /** Milliseconds of `id` played so far, as of the latest report (0 unless it is sounding). */
+  playedMsOf(id) {
+    return this.status.current === id ? this.status.currentPlayed / this.sampleRate * 1e3 : 0;
+  }
   /** @internal */
   countBytes(n) {
     this.bytes += n;
@@ -338,6 +342,7 @@ var SpeechContext = class extends Emitter {
   ended = false;
   settled = false;
   playbackOver = false;
+  finalPlayedMs = 0;
   cancelling = null;
   acknowledgeCancel = null;
   /** @internal */
@@ -350,6 +355,7 @@ var SpeechContext = class extends Emitter {
       ttfaMs: this.firstAudioAt === null ? null : this.firstAudioAt - start,
       ttfaPlayedMs: this.firstPlayedAt === null ? null : this.firstPlayedAt - start,
       audioMs: this.samples / this.client.player.sampleRate * 1e3,
+      playedMs: this.playbackOver ? this.finalPlayedMs : this.client.player.playedMsOf(this.id),
       bytesReceived: this.bytes,
       underruns: this.underruns
     };
@@ -484,6 +490,7 @@ var SpeechContext = class extends Emitter {
   finishPlayback(playedMs) {
     if (this.playbackOver) return;
     this.playbackOver = true;
+    this.finalPlayedMs = playedMs;
     this.resolvePlayed({ playedMs });
     this.emit("played", { playedMs });
   }
@@ -538,6 +545,14 @@ var VoiceClient = class _VoiceClient extends Emitter {
   context(options = {}) {
     if (!this.connected) {
       throw new VoiceError("not_connected", "the client is not connected: call VoiceClient.connect (or reconnect()) first");
+    }
+    if ("output_format" in options || "context_id" in options) {
+      const field = "output_format" in options ? "output_format" : "context_id";
+      throw new VoiceError(
+        "invalid_field",
+        field === "output_format" ? "output_format is chosen per client (encoding and sampleRate in VoiceClient.connect): the player decodes one format" : "context_id is chosen by the SDK (see ctx.id)",
+        field
+      );
     }
     const ctx = new SpeechContext(this, options);
     this.contexts.set(ctx.id, ctx);

@@ -75,8 +75,12 @@ const scenarios = {
       };
     });
     await page.waitForTimeout(200); // let the figures repaint
+    const words = await page.$$eval("#words span", (spans) =>
+      spans.map((s) => ({ text: s.textContent, said: s.classList.contains("said") })),
+    );
     if (args.screenshot) await page.screenshot({ path: args.screenshot, fullPage: true });
-    return { ...measured, figures: await figures(page), serverTypes: frames.map((f) => f.type) };
+    const text = await page.inputValue("#text");
+    return { ...measured, text, words, figures: await figures(page), serverTypes: frames.map((f) => f.type) };
   },
 
   /** Stop mid-speech: the sound stops, the server confirms, nothing more plays. */
@@ -86,8 +90,17 @@ const scenarios = {
     await page.waitForFunction(() => window.demo.client && window.demo.client.player.stats().playedMs > 1500, null, {
       timeout: 30000,
     });
-    const atStop = await page.evaluate(() => window.demo.client.player.stats().playedMs);
+    // What had been played when the click reached the page (Playwright's own click
+    // latency is not the SDK's): the worklet's latest report, at most ~11 ms old.
+    await page.evaluate(() =>
+      document.getElementById("stop").addEventListener(
+        "click",
+        () => (window.stopAt = window.demo.client.player.stats().playedMs),
+        { capture: true },
+      ),
+    );
     await page.click("#stop");
+    const atStop = await page.evaluate(() => window.stopAt);
     await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("Stopped"));
     await page.waitForTimeout(500);
     const after = await page.evaluate(async () => {
