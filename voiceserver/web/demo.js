@@ -108,7 +108,7 @@ async function speak() {
     });
     if (ui.simulate.checked) {
       const pieces = tokens(text);
-      const gap = 1000 / Math.max(1, Number(ui.rate.value) || 15);
+      const gap = 1000 / Math.max(1, Number(ui.rate.value) || 40);
       feeding = { ctx, timer: null };
       const feed = feeding;
       let i = 0;
