@@ -35,9 +35,13 @@ system-deps:
 
 # Node/npm for the SDK's build and tests; Debian's chromium for the browser tests
 # (playwright-core drives it: no browser download).
+# Only what is missing: NodeSource's nodejs carries npm and conflicts with Debian's.
 test-deps:
-	@command -v npm >/dev/null && command -v chromium >/dev/null \
-		|| ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm chromium)
+	@missing=""; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	[ -z "$$missing" ] || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing)
 
 $(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
 	cd $(JS_DIR) && npm ci --no-audit --no-fund

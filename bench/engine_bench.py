@@ -152,10 +152,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
+    # Every context of a level runs at once, whatever the config's capacity or the
+    # measured load: this measures the device, not admission or queueing.
+    top = max(args.concurrency)
+    if not any(o.partition("=")[0] == "max_contexts" for o in args.option):
+        args.option.append(f"max_contexts={top}")
     bench = load_model(args)
     config, model, options, extra = bench.config, bench.model, bench.options, bench.extra
-    # Every context of a level runs, whatever the measured load: this measures the device.
-    engine_config = dataclasses.replace(config.engine, admission_load=0.0)
+    if model.runner.max_slots < top:
+        raise SystemExit(
+            f"the model made {model.runner.max_slots} slots, the benchmark needs {top}: "
+            "lower --concurrency or raise --option max_contexts / kv_memory_fraction"
+        )
+    engine_config = dataclasses.replace(
+        config.engine,
+        admission_load=0.0,
+        max_contexts=0,
+        max_ar_batch=max(config.engine.max_ar_batch, top),
+        max_vocoder_batch=max(config.engine.max_vocoder_batch, top),
+    )
     engine = EngineCore(model, engine_config)
     engine.start()
     params = bench.params
@@ -167,6 +182,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": config.name,
         "family": config.family,
         "options": options,
+        "engine": dataclasses.asdict(engine_config),
         "extra": extra,
         "load_s": bench.load_s,
         "machine": {"platform": platform.platform(), "python": platform.python_version()},

@@ -6,9 +6,12 @@ loads with ``strict=True`` and a missing tensor is named by its key.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.qwen3_tts.config import TransformerConfig
 
@@ -100,6 +103,17 @@ def attention_bias(allowed: torch.Tensor, groups: int, dtype: torch.dtype) -> to
     bias = torch.full((b, 1, groups, t, padded), float("-inf"), dtype=dtype, device=allowed.device)
     bias[..., :s].masked_fill_(allowed[:, None, None], 0.0)
     return bias.view(b, 1, groups * t, padded)[..., :s]
+
+
+_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def without_cudnn_attention() -> AbstractContextManager[None]:
+    """Scaled-dot-product attention on any backend but cuDNN's. PyTorch prefers cuDNN
+    on Hopper for a masked call, and cuDNN plans a kernel on the host for every new
+    shape: the talker's key length grows by one each step, so each decode step
+    planned anew (H200, 1.7B eager, 64 contexts: 213 ms a step with it, 99 without)."""
+    return sdpa_kernel(_BACKENDS)
 
 
 def grouped_attention(

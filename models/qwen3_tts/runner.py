@@ -36,6 +36,7 @@ from models.base import (
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.context import Phase, Qwen3Context
 from models.qwen3_tts.kv_cache import SlotKVCache
+from models.qwen3_tts.layers import without_cudnn_attention
 from models.qwen3_tts.params import WHOLE_TEXT_STREAMING, RequestSettings, settings_from
 from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
 from models.qwen3_tts.sampling import (
@@ -165,6 +166,7 @@ class Qwen3Runner(ModelRunner):
         self._key = torch.zeros(slots, dtype=torch.long, device=dev)
         self._draws = torch.zeros(slots, dtype=torch.long, device=dev)
         self._sub_draws = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._true = torch.ones((), dtype=torch.bool, device=dev)
 
     @property
     def max_slots(self) -> int:
@@ -314,11 +316,19 @@ class Qwen3Runner(ModelRunner):
 
     @torch.no_grad()
     def execute(self, plan: StepPlan) -> StepResult:
+        with without_cudnn_attention():
+            return self._execute(plan)
+
+    def _execute(self, plan: StepPlan) -> StepResult:
         for slot in plan.free.tolist():
             self._release(slot)
+        admitted = []
         for admit in plan.admit:
             assert isinstance(admit.prepared, Qwen3Prepared)
             self._admit(admit.slot, admit.prepared)
+            admitted.append((admit.slot, admit.prepared.sampling, admit.prepared.key))
+        if admitted:
+            self._store_settings(admitted)
         for feed in plan.feed:
             ctx = self.slots[feed.slot]
             if ctx is None:
@@ -363,18 +373,37 @@ class Qwen3Runner(ModelRunner):
         if streaming is not None:
             self._set_mode(ctx, streaming)
         self.slots[slot] = ctx
-        p = prepared.sampling
-        self._seen[slot] = False
-        self._temperature[slot] = p.temperature
-        self._top_k[slot] = p.top_k
-        self._top_p[slot] = p.top_p
-        self._penalty[slot] = p.repetition_penalty
-        self._sub_temperature[slot] = p.subtalker_temperature
-        self._sub_top_k[slot] = p.subtalker_top_k
-        self._sub_top_p[slot] = p.subtalker_top_p
-        self._key[slot] = prepared.key
-        self._draws[slot] = 0
-        self._sub_draws[slot] = 0
+
+    def _store_settings(self, admitted: list[tuple[int, SamplingParams, int]]) -> None:
+        """The admitted slots' sampling settings into the per-slot tensors: two uploads
+        and a copy per tensor (a Python scalar written into a device tensor makes the
+        host wait for the device, once per write)."""
+        dev = self.device
+        slots = upload([slot for slot, _, _ in admitted], dev)
+        floats = upload(
+            [
+                (
+                    p.temperature,
+                    p.top_p,
+                    p.repetition_penalty,
+                    p.subtalker_temperature,
+                    p.subtalker_top_p,
+                )
+                for _, p, _ in admitted
+            ],
+            dev,
+            torch.float32,
+        )
+        ints = upload([(p.top_k, p.subtalker_top_k, key) for _, p, key in admitted], dev)
+        for column, table in enumerate(
+            (self._temperature, self._top_p, self._penalty, self._sub_temperature, self._sub_top_p)
+        ):
+            table.index_copy_(0, slots, floats[:, column])
+        for column, table in enumerate((self._top_k, self._sub_top_k, self._key)):
+            table.index_copy_(0, slots, ints[:, column])
+        self._seen.index_fill_(0, slots, False)
+        self._draws.index_fill_(0, slots, 0)
+        self._sub_draws.index_fill_(0, slots, 0)
 
     def _set_mode(self, ctx: Qwen3Context, streaming: bool) -> None:
         ctx.spec = replace(ctx.spec, streaming=streaming)
@@ -583,7 +612,7 @@ class Qwen3Runner(ModelRunner):
             noise = uniform(self._key[slots], self._draws[slots], self._vocab_hash)[:, 0]
         ids = sample(scores, rows, noise)
         self._draws[slots] += 1
-        self._seen[slots, ids] = True
+        self._seen.index_put_((slots, ids), self._true)  # a Python True would sync
         return ids
 
     def _take_code0(self, contexts: list[Qwen3Context], ids: np.ndarray) -> None:

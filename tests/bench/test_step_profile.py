@@ -30,8 +30,10 @@ def test_step_profile_reports_every_batch(tmp_path: Path) -> None:
 
 def test_batch_beyond_the_model_slots_is_refused(tmp_path: Path) -> None:
     try:
-        step_profile.main(["--config", "tiny", "--batch", "100000", "--steps", "1"])
+        step_profile.main(
+            ["--config", "tiny", "--option", "max_contexts=4", "--batch", "5", "--steps", "1"]
+        )
     except ValueError as err:
-        assert "--batch 100000" in str(err) and "slots" in str(err)
+        assert "--batch 5" in str(err) and "4 slots" in str(err)
     else:
         raise AssertionError("a batch larger than the model's slots must be refused")
