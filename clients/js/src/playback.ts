@@ -7,6 +7,7 @@ import { RingBuffer } from "./ring.js";
 
 interface Entry {
   id: string;
+  underran: boolean;
   ring: RingBuffer;
   ended: boolean;
   /** Sounding; false before the start threshold is reached and after an underrun. */
@@ -26,6 +27,9 @@ export const SILENCE = 1e-3;
 export class PlaybackCore {
   /** Samples a context must hold before it starts (or restarts after an underrun). */
   threshold: number;
+  /** The threshold asked for; an underrun doubles the working one (up to 8x), a
+   * context that plays through without one brings it back down by a quarter. */
+  readonly baseThreshold: number;
   underruns = 0;
   /** Context samples rendered (silence between them not counted). */
   played = 0;
@@ -39,6 +43,7 @@ export class PlaybackCore {
 
   constructor(threshold: number) {
     this.threshold = threshold;
+    this.baseThreshold = threshold;
   }
 
   /** Samples buffered across every context not yet played. */
@@ -58,6 +63,7 @@ export class PlaybackCore {
     const entry: Entry = {
       id,
       ring: new RingBuffer(),
+      underran: false,
       ended: false,
       playing: false,
       everPlayed: false,
@@ -116,7 +122,9 @@ export class PlaybackCore {
           continue;
         }
         head.playing = false;
+        head.underran = true;
         this.underruns += 1;
+        this.threshold = Math.min(8 * this.baseThreshold, Math.max(this.threshold * 2, 1));
         events.push({ t: "underrun", id: head.id });
         break;
       }
@@ -137,6 +145,9 @@ export class PlaybackCore {
   }
 
   private finish(entry: Entry, events: PlaybackEvent[]): void {
+    if (!entry.underran && this.threshold > this.baseThreshold) {
+      this.threshold = Math.max(this.baseThreshold, Math.floor(this.threshold * 0.75));
+    }
     this.queue.shift();
     this.entries.delete(entry.id);
     this.gone.add(entry.id);

@@ -40,19 +40,39 @@ test("an ended context plays out below the threshold and reports finished", () =
   assert.equal(core.current, null);
 });
 
-test("running dry before the end is one underrun, recovered at the threshold", () => {
+test("running dry before the end is one underrun, recovered at a doubled threshold", () => {
   const core = new PlaybackCore(QUANTUM);
   core.push("a", tone(QUANTUM + 10));
   render(core);
   const dry = render(core); // 10 samples, then nothing: an underrun
   assert.deepEqual(dry.events, [{ t: "underrun", id: "a" }]);
   assert.equal(core.underruns, 1);
+  assert.equal(core.threshold, 2 * QUANTUM); // the jitter buffer grows
   assert.deepEqual(render(core).events, []); // still waiting: not counted again
   assert.equal(core.underruns, 1);
+  core.push("a", tone(QUANTUM));
+  assert.ok(render(core).out.every((v) => v === 0)); // below the grown threshold
   core.push("a", tone(QUANTUM));
   const back = render(core);
   assert.deepEqual(back.events, []); // restarted, not "started" again
   assert.ok(back.out.every((v) => v === 0.5));
+});
+
+test("the grown threshold is capped and comes back down after clean contexts", () => {
+  const core = new PlaybackCore(100);
+  for (let i = 0; i < 6; i++) {
+    core.push("a", tone(core.threshold));
+    while (!render(core).events.some((e) => e.t === "underrun")); // play it dry
+  }
+  assert.equal(core.underruns, 6);
+  assert.equal(core.threshold, 800);
+  core.cancel("a");
+  for (const id of ["b", "c", "d", "e", "f", "g", "h", "i", "j"]) {
+    core.push(id, tone(50));
+    core.end(id);
+    render(core);
+  }
+  assert.equal(core.threshold, 100);
 });
 
 test("contexts play one after another without a gap", () => {
