@@ -18,7 +18,6 @@ from models.qwen3_tts.config import (
     parse_config,
     parse_speech_tokenizer_config,
 )
-from models.qwen3_tts.kv_cache import SlotKVCache
 from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
 from models.qwen3_tts.params import request_fields
 from models.qwen3_tts.runner import ARSettings, Qwen3Runner
@@ -27,6 +26,7 @@ from models.qwen3_tts.text_tokenizer import load_text_tokenizer
 from models.qwen3_tts.vocoder import Qwen3Vocoder
 from models.qwen3_tts.voice_clone import VoiceCloner
 from models.qwen3_tts.voices import VoiceResolver
+from models.slot_kv import SlotKVCache
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from models.attention import without_cudnn_attention
 from models.base import (
     AlignedText,
     Capabilities,
@@ -35,8 +36,6 @@ from models.base import (
 )
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.context import Phase, Qwen3Context
-from models.qwen3_tts.kv_cache import SlotKVCache
-from models.qwen3_tts.layers import without_cudnn_attention
 from models.qwen3_tts.params import WHOLE_TEXT_STREAMING, RequestSettings, settings_from
 from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
 from models.qwen3_tts.sampling import (
@@ -53,6 +52,7 @@ from models.qwen3_tts.talker import Talker
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoicePrompt
 from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
+from models.slot_kv import SlotKVCache
 from models.upload import upload
 
 MIN_NEW_TOKENS = 2

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.attention import attention_bias, grouped_attention
 from models.qwen3_tts.code_predictor import CodePredictor
 from models.qwen3_tts.config import TalkerConfig
-from models.qwen3_tts.kv_cache import SlotKVCache
-from models.qwen3_tts.layers import Stack, attention_bias, grouped_attention, rope_cos_sin
+from models.qwen3_tts.layers import Stack, rope_cos_sin
+from models.slot_kv import SlotKVCache
 from models.upload import upload
 
 

@@ -14,8 +14,8 @@ import torch
 
 from bench.step_profile import count_waits
 from models.base import Admit, DecodeItem, Feed, SynthParams
-from models.qwen3_tts.kv_cache import SlotKVCache
 from models.qwen3_tts.loader import load
+from models.slot_kv import SlotKVCache
 from tests.models.drive import plan
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.models.qwen3_tts.driver import Job, decode_chunked, run_jobs

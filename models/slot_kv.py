@@ -1,4 +1,4 @@
-"""Static KV cache: one row of fixed capacity per context slot, per layer."""
+"""Static KV cache: one row of fixed capacity per context slot, per layer (any decoder family)."""
 
 from __future__ import annotations
 
