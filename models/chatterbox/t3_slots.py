@@ -1,0 +1,110 @@
+"""T3 generation over slots: utterances start and advance together, batched.
+
+``start`` runs the prompts of newly started utterances (speaker + prompt speech
+tokens + text + start-of-speech) in one padded call and samples each one's first
+token; ``advance`` feeds every listed slot its last token and samples the next.
+Sampling settings, the penalty's seen-ids and the random keys live in
+slot-indexed device tensors; the host sees each step's tokens once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from models.chatterbox.sampling import T3Sampling, draw, process
+from models.chatterbox.t3 import T3
+from models.qwen3_tts.sampling import vocab_hash
+from models.slot_kv import SlotKVCache
+from models.upload import upload
+
+
+@dataclass(frozen=True)
+class Utterance:
+    slot: int
+    prefix: torch.Tensor
+    """The voice's conditioning positions [P, H] (``T3.prefix``)."""
+    text_ids: np.ndarray
+    sampling: T3Sampling
+    key: int
+
+
+class T3Slots:
+    def __init__(self, model: T3, slots: int, capacity: int) -> None:
+        cfg = model.cfg
+        param = model.speech_head.weight
+        self.model, self.device, self.dtype = model, param.device, param.dtype
+        self.cache = SlotKVCache(
+            cfg.layers, slots, capacity, cfg.heads, cfg.head_dim, self.dtype, self.device
+        )
+        self.position = np.zeros(slots, np.int64)
+        dev, vocab = self.device, cfg.speech_vocab
+        self._seen = torch.zeros(slots, vocab, dtype=torch.bool, device=dev)
+        self._settings = torch.zeros(slots, 4, device=dev)
+        self._greedy = torch.zeros(slots, dtype=torch.bool, device=dev)
+        self._key = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._draws = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._hash = vocab_hash(vocab, dev)
+        self._true = torch.ones((), dtype=torch.bool, device=dev)
+
+    @torch.no_grad()
+    def start(self, items: list[Utterance]) -> np.ndarray:
+        """First speech token of each utterance (host int64 [len(items)])."""
+        rows = [
+            torch.cat((u.prefix, self.model.utterance(upload(u.text_ids, self.device))))
+            for u in items
+        ]
+        counts = [r.shape[0] for r in rows]
+        embeds = rows[0].new_zeros(len(rows), max(counts), rows[0].shape[-1])
+        for i, r in enumerate(rows):
+            embeds[i, : r.shape[0]] = r
+        slots = [u.slot for u in items]
+        hidden = self.model(embeds, self.cache, slots, [0] * len(items), counts)
+        self.position[slots] = counts
+        ids = upload(slots, self.device)
+        s = [u.sampling for u in items]
+        self._settings[ids] = upload(
+            [(p.temperature, p.top_k, p.top_p, p.repetition_penalty) for p in s],
+            self.device,
+            torch.float32,
+        )
+        self._greedy[ids] = upload([p.top_k == 1 for p in s], self.device, torch.bool)
+        self._key[ids] = upload([u.key for u in items], self.device)
+        self._draws[ids] = 0
+        self._seen[ids] = False
+        # The first step's penalty covers the start-of-speech id, as the reference's does.
+        start = torch.full_like(ids, self.model.cfg.start_speech)
+        self._seen.index_put_((ids, start), self._true)
+        last = hidden[
+            upload(range(len(items)), self.device), upload([c - 1 for c in counts], self.device)
+        ]
+        tokens = self._sample(ids, last, first=True)
+        return tokens
+
+    @torch.no_grad()
+    def advance(self, slots: list[int], tokens: np.ndarray) -> np.ndarray:
+        """Feed each slot its last token; the next one of each (host int64)."""
+        embeds = self.model.speech_emb(upload(tokens, self.device))[:, None]
+        hidden = self.model(embeds, self.cache, slots, self.position[slots].tolist())[:, 0]
+        self.position[slots] += 1
+        return self._sample(upload(slots, self.device), hidden, first=False)
+
+    def _sample(self, ids: torch.Tensor, hidden: torch.Tensor, first: bool) -> np.ndarray:
+        settings = self._settings[ids]
+        seen = self._seen[ids]
+        scores = process(
+            self.model.logits(hidden),
+            settings[:, 0],
+            settings[:, 1].long(),
+            settings[:, 2],
+            settings[:, 3],
+            seen,
+        )
+        out = draw(scores, self._greedy[ids], self._key[ids], self._draws[ids], self._hash)
+        self._draws[ids] += 1
+        if first:  # from now on the penalty covers only the sampled ids
+            self._seen[ids] = False
+        self._seen.index_put_((ids, out), self._true)
+        return out.cpu().numpy()

@@ -1,0 +1,115 @@
+"""Run the reference package chatterbox-tts==0.1.7 on a checkpoint; write what it makes.
+
+Executed with .venv-ref-chatterbox's python (never imported by the server):
+
+    .venv-ref-chatterbox/bin/python tools/ref/chatterbox/run_reference.py CKPT JOB.json OUT
+
+The reference's ``from_local`` builds T3 with GPT-2 medium's sizes written in its
+code; a checkpoint of other sizes (the tests' tiny ones) names them in JOB.json's
+"t3_sizes" ({"hidden", "layers", "heads", "positions"}), which this runner
+registers as a backbone config before building T3 exactly as ``from_local`` does
+(the same T3Config fields, ``load_state_dict`` strict over the same file).
+
+JOB.json: {"t3_sizes"?: {...}, "tasks": [TASK, ...]}; each TASK has "kind" and "id":
+- {"kind": "t3", "id", "speaker" (256 floats), "prompt" (speech token ids),
+   "text" (text token ids), "temperature", "top_k", "top_p", "repetition_penalty",
+   "max_gen_len", "seed"} -> OUT/<id>.tokens.npy int64: ``inference_turbo``'s tokens
+OUT/result.json lists what was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# Stand-ins for modules the reference imports but these tasks never run; real ones win.
+sys.path.append(str(HERE / "stubs"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+
+def build_t3(ckpt: Path, sizes: dict | None):  # noqa: ANN201 (a reference object)
+    from chatterbox.models.t3 import T3
+    from chatterbox.models.t3.llama_configs import GPT2_MEDIUM_CONFIG, LLAMA_CONFIGS
+    from chatterbox.models.t3.modules.t3_config import T3Config
+
+    state = load_file(str(ckpt / "t3_turbo_v1.safetensors"))
+    name = "GPT2_medium"
+    if sizes:
+        name = "voiceserver_test_gpt2"
+        LLAMA_CONFIGS[name] = dict(
+            GPT2_MEDIUM_CONFIG,
+            n_embd=sizes["hidden"],
+            hidden_size=sizes["hidden"],
+            n_head=sizes["heads"],
+            n_layer=sizes["layers"],
+            n_positions=sizes["positions"],
+            n_ctx=sizes["positions"],
+            vocab_size=state["tfmr.wte.weight"].shape[0],
+        )
+    # As ChatterboxTurboTTS.from_local sets them.
+    hp = T3Config(text_tokens_dict_size=state["text_emb.weight"].shape[0])
+    hp.llama_config_name = name
+    hp.speech_tokens_dict_size = 6563
+    hp.input_pos_emb = None
+    hp.speech_cond_prompt_len = 375
+    hp.use_perceiver_resampler = False
+    hp.emotion_adv = False
+    t3 = T3(hp)
+    t3.load_state_dict(state)
+    del t3.tfmr.wte
+    return t3.eval()
+
+
+def run_t3(t3, task: dict, out: Path) -> dict:  # noqa: ANN001
+    from chatterbox.models.t3.modules.cond_enc import T3Cond
+
+    cond = T3Cond(
+        speaker_emb=torch.tensor(task["speaker"], dtype=torch.float32).view(1, -1),
+        cond_prompt_speech_tokens=torch.tensor(task["prompt"], dtype=torch.long).view(1, -1),
+        emotion_adv=0.0 * torch.ones(1, 1, 1),
+    )
+    torch.manual_seed(task.get("seed", 0))
+    with torch.inference_mode():
+        tokens = t3.inference_turbo(
+            t3_cond=cond,
+            text_tokens=torch.tensor(task["text"], dtype=torch.long).view(1, -1),
+            temperature=task["temperature"],
+            top_k=task["top_k"],
+            top_p=task["top_p"],
+            repetition_penalty=task["repetition_penalty"],
+            max_gen_len=task["max_gen_len"],
+        )
+    path = out / f"{task['id']}.tokens.npy"
+    np.save(path, tokens.reshape(-1).numpy().astype(np.int64))
+    return {"id": task["id"], "tokens": path.name}
+
+
+def main() -> None:
+    ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    torch.set_num_threads(int(os.environ.get("REF_THREADS", "2")))
+    job = json.loads(job_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    t3 = None
+    for task in job["tasks"]:
+        if task["kind"] == "t3":
+            t3 = t3 or build_t3(ckpt, job.get("t3_sizes"))
+            results.append(run_t3(t3, task, out))
+        else:
+            raise SystemExit(f"unknown task kind {task['kind']!r}")
+    (out / "result.json").write_text(json.dumps({"results": results}))
+
+
+if __name__ == "__main__":
+    main()
