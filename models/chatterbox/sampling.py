@@ -5,7 +5,7 @@ order: temperature (skipped at 0 and 1), top-k, top-p, then the repetition
 penalty over the ids sampled so far (the start-of-speech id on the first step),
 then draws from the softmax. With ``top_k == 1`` only the best id survives, which
 is greedy decoding. Every row carries its own settings; the draws use the
-counter-based per-row noise of ``models.qwen3_tts.sampling`` (Gumbel-max), so a
+counter-based per-row noise of ``models.random_draws`` (Gumbel-max), so a
 seeded context draws the same ids whatever shares its batch.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from models.qwen3_tts.sampling import uniform
+from models.random_draws import uniform
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 
 from models.chatterbox.sampling import T3Sampling, draw, process
 from models.chatterbox.t3 import T3
-from models.qwen3_tts.sampling import vocab_hash
+from models.random_draws import vocab_hash
 from models.slot_kv import SlotKVCache
 from models.upload import upload
 

@@ -41,17 +41,15 @@ from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
 from models.qwen3_tts.sampling import (
     RowSettings,
     SamplingParams,
-    key_of,
     penalize,
     sample,
     talker_mask,
-    uniform,
-    vocab_hash,
 )
 from models.qwen3_tts.talker import Talker
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoicePrompt
 from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
+from models.random_draws import key_of, uniform, vocab_hash
 from models.slot_kv import SlotKVCache
 from models.upload import upload
 

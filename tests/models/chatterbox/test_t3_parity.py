@@ -56,7 +56,7 @@ def ours(checkpoint: Path, jobs: list[dict], sampling: T3Sampling) -> dict[str, 
     tokens = {slot: [t] for slot, t in enumerate(runner.start(items).tolist())}
     stop = model.cfg.stop_speech
     cap = {slot: 1 + job["max_gen_len"] for slot, job in enumerate(jobs)}
-    live = [s for s, t in tokens.items() if t[-1] != stop]
+    live = list(tokens)  # the reference never checks its first token for the stop id
     while live:
         nxt = runner.advance(live, np.asarray([tokens[s][-1] for s in live]))
         for slot, t in zip(live, nxt.tolist(), strict=True):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from models.qwen3_tts.sampling import UNIT_BITS, RowSettings, open_unit, sample, talker_mask
+from models.qwen3_tts.sampling import RowSettings, sample, talker_mask
+from models.random_draws import UNIT_BITS, open_unit
 
 
 def test_every_random_bit_pattern_maps_strictly_inside_the_unit_interval() -> None:
