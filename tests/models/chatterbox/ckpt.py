@@ -78,3 +78,47 @@ def build_t3(out: Path, sizes: T3Sizes = T3Sizes(), seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     save_file(t3_tensors(sizes, seed), str(out / "t3_turbo_v1.safetensors"))
     return out
+
+
+TAGS = ("[laugh]", "[cough]", "[chuckle]", "[sigh]")
+"""Paralinguistic tags the tiny tokenizer adds after its vocabulary, as Turbo's does."""
+
+CORPUS = (
+    "The quick brown fox jumps over the lazy dog. Hello there, how are you today? "
+    "Numbers like 12345 and 3.14 are read aloud; quotes \"like this\" and 'this' too! "
+    "Streaming speech from a language model, word by word, clause by clause."
+)
+
+
+def build_tokenizer(out: Path, vocab_size: int = 316) -> int:
+    """A tiny GPT-2 style byte-level BPE (``vocab.json``, ``merges.txt``,
+    ``tokenizer_config.json``, ``added_tokens.json``); returns its full size."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+        special_tokens=["<|endoftext|>"],
+    )
+    tok.train_from_iterator([CORPUS] * 20, trainer=trainer)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.model.save(str(out))
+    base = tok.get_vocab_size()
+    added = {tag: base + i for i, tag in enumerate(TAGS)}
+    (out / "added_tokens.json").write_text(json.dumps(added), encoding="utf-8")
+    config = {
+        "add_prefix_space": False,
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|endoftext|>",
+        "unk_token": "<|endoftext|>",
+        "model_max_length": 1024,
+        "tokenizer_class": "GPT2Tokenizer",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return base + len(TAGS)

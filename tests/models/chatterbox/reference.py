@@ -16,9 +16,9 @@ REF_PYTHON = REPO / ".venv-ref-chatterbox" / "bin" / "python"
 RUNNER = REPO / "tools" / "ref" / "chatterbox" / "run_reference.py"
 
 
-def run_reference(checkpoint: Path, job: dict[str, Any], out: Path) -> dict[str, np.ndarray]:
-    """Each task's outputs by ``<id>.<name>`` (``make test`` builds the environment;
-    or run tools/ref/chatterbox/make_venv.sh)."""
+def run_reference(checkpoint: Path, job: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Each task's outputs by ``<id>.<name>``: arrays for files, values as given
+    (``make test`` builds the environment; or run tools/ref/chatterbox/make_venv.sh)."""
     if not REF_PYTHON.exists():
         pytest.fail(f"reference env missing: {REF_PYTHON} (tools/ref/chatterbox/make_venv.sh)")
     out.mkdir(parents=True, exist_ok=True)
@@ -32,9 +32,11 @@ def run_reference(checkpoint: Path, job: dict[str, Any], out: Path) -> dict[str,
     )
     if proc.returncode != 0:
         raise AssertionError(f"reference run failed:\n{proc.stderr[-4000:]}")
-    found: dict[str, np.ndarray] = {}
+    found: dict[str, Any] = {}
     for result in json.loads((out / "result.json").read_text())["results"]:
-        for name, file in result.items():
-            if name != "id":
-                found[f"{result['id']}.{name}"] = np.load(out / file)
+        for name, value in result.items():
+            if name == "id":
+                continue
+            is_file = isinstance(value, str) and value.endswith(".npy")
+            found[f"{result['id']}.{name}"] = np.load(out / value) if is_file else value
     return found

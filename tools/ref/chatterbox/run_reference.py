@@ -14,6 +14,9 @@ JOB.json: {"t3_sizes"?: {...}, "tasks": [TASK, ...]}; each TASK has "kind" and "
 - {"kind": "t3", "id", "speaker" (256 floats), "prompt" (speech token ids),
    "text" (text token ids), "temperature", "top_k", "top_p", "repetition_penalty",
    "max_gen_len", "seed"} -> OUT/<id>.tokens.npy int64: ``inference_turbo``'s tokens
+- {"kind": "text", "id", "text"} -> OUT/<id>.ids.npy int64: the ids ``generate`` gives T3
+   (``punc_norm``, then the checkpoint's tokenizer as ``from_local`` loads it), and the
+   normalised text in result.json
 OUT/result.json lists what was written.
 """
 
@@ -95,17 +98,40 @@ def run_t3(t3, task: dict, out: Path) -> dict:  # noqa: ANN001
     return {"id": task["id"], "tokens": path.name}
 
 
+def run_text(tokenizer, task: dict, out: Path) -> dict:  # noqa: ANN001
+    from chatterbox.tts_turbo import punc_norm
+
+    text = punc_norm(task["text"])
+    ids = tokenizer(text, return_tensors="pt", padding=True, truncation=True).input_ids
+    path = out / f"{task['id']}.ids.npy"
+    np.save(path, ids.reshape(-1).numpy().astype(np.int64))
+    return {"id": task["id"], "ids": path.name, "normalized": text}
+
+
+def load_tokenizer(ckpt: Path):  # noqa: ANN201
+    from transformers import AutoTokenizer
+
+    # As ChatterboxTurboTTS.from_local loads it.
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def main() -> None:
     ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     torch.set_num_threads(int(os.environ.get("REF_THREADS", "2")))
     job = json.loads(job_path.read_text())
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    t3 = None
+    t3 = tokenizer = None
     for task in job["tasks"]:
         if task["kind"] == "t3":
             t3 = t3 or build_t3(ckpt, job.get("t3_sizes"))
             results.append(run_t3(t3, task, out))
+        elif task["kind"] == "text":
+            tokenizer = tokenizer or load_tokenizer(ckpt)
+            results.append(run_text(tokenizer, task, out))
         else:
             raise SystemExit(f"unknown task kind {task['kind']!r}")
     (out / "result.json").write_text(json.dumps({"results": results}))
