@@ -24,8 +24,10 @@ from models.upload import upload
 @dataclass(frozen=True)
 class Utterance:
     slot: int
-    prefix: torch.Tensor
-    """The voice's conditioning positions [P, H] (``T3.prefix``)."""
+    prefix: torch.Tensor | None
+    """The voice's conditioning positions [P, H] (``T3.prefix``) for a context's first
+    utterance; None for a later one, which reuses the keys/values its slot holds for
+    them (same positions, same inputs) and starts right after them."""
     text_ids: np.ndarray
     sampling: T3Sampling
     key: int
@@ -40,6 +42,7 @@ class T3Slots:
             cfg.layers, slots, capacity, cfg.heads, cfg.head_dim, self.dtype, self.device
         )
         self.position = np.zeros(slots, np.int64)
+        self.prefix_len = np.zeros(slots, np.int64)
         dev, vocab = self.device, cfg.speech_vocab
         self._seen = torch.zeros(slots, vocab, dtype=torch.bool, device=dev)
         self._settings = torch.zeros(slots, 4, device=dev)
@@ -52,17 +55,23 @@ class T3Slots:
     @torch.no_grad()
     def start(self, items: list[Utterance]) -> np.ndarray:
         """First speech token of each utterance (host int64 [len(items)])."""
-        rows = [
-            torch.cat((u.prefix, self.model.utterance(upload(u.text_ids, self.device))))
-            for u in items
-        ]
+        if not items:
+            return np.zeros(0, np.int64)
+        rows, starts = [], []
+        for u in items:
+            row = self.model.utterance(upload(u.text_ids, self.device))
+            if u.prefix is not None:
+                self.prefix_len[u.slot] = u.prefix.shape[0]
+                row = torch.cat((u.prefix, row))
+            rows.append(row)
+            starts.append(0 if u.prefix is not None else int(self.prefix_len[u.slot]))
         counts = [r.shape[0] for r in rows]
         embeds = rows[0].new_zeros(len(rows), max(counts), rows[0].shape[-1])
         for i, r in enumerate(rows):
             embeds[i, : r.shape[0]] = r
         slots = [u.slot for u in items]
-        hidden = self.model(embeds, self.cache, slots, [0] * len(items), counts)
-        self.position[slots] = counts
+        hidden = self.model(embeds, self.cache, slots, starts, counts)
+        self.position[slots] = np.asarray(starts) + np.asarray(counts)
         ids = upload(slots, self.device)
         s = [u.sampling for u in items]
         self._settings[ids] = upload(
@@ -71,17 +80,18 @@ class T3Slots:
             torch.float32,
         )
         self._greedy[ids] = upload([p.top_k == 1 for p in s], self.device, torch.bool)
-        self._key[ids] = upload([u.key for u in items], self.device)
-        self._draws[ids] = 0
+        fresh = [u for u in items if u.prefix is not None]
+        if fresh:  # a context's draws go on across its utterances
+            new = upload([u.slot for u in fresh], self.device)
+            self._key[new] = upload([u.key for u in fresh], self.device)
+            self._draws[new] = 0
         self._seen[ids] = False
         # The first step's penalty covers the start-of-speech id, as the reference's does.
         start = torch.full_like(ids, self.model.cfg.start_speech)
         self._seen.index_put_((ids, start), self._true)
-        last = hidden[
-            upload(range(len(items)), self.device), upload([c - 1 for c in counts], self.device)
-        ]
-        tokens = self._sample(ids, last, first=True)
-        return tokens
+        rows_ix = upload(range(len(items)), self.device)
+        last = hidden[rows_ix, upload([c - 1 for c in counts], self.device)]
+        return self._sample(ids, last, first=True)
 
     @torch.no_grad()
     def advance(self, slots: list[int], tokens: np.ndarray) -> np.ndarray:
