@@ -1,0 +1,270 @@
+"""Chatterbox Turbo's T3 behind the ModelRunner contract.
+
+A frame is one speech token (25 a second). Each unit of text a context is fed
+(a clause, cut by the server's segmenter) is one T3 utterance with the context's
+voice: started when the slot is free of the previous one, stepped until the stop
+token or the utterance cap, then closed with the three silence tokens the
+reference appends before decoding. A context's first utterance runs the voice
+prefix (speaker + prompt tokens); later ones reuse its keys/values.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    Capabilities,
+    ModelInputError,
+    ModelRunner,
+    Prepared,
+    RequestField,
+    StepPlan,
+    StepResult,
+    SynthParams,
+)
+from models.chatterbox.sampling import T3Sampling
+from models.chatterbox.t3 import T3
+from models.chatterbox.t3_slots import T3Slots, Utterance
+from models.chatterbox.text import TextTokenizer, normalize
+from models.random_draws import key_of
+
+SILENCE_TOKEN = 4299
+"""S3Gen's silence; the reference ends every utterance with three."""
+TAIL = (SILENCE_TOKEN,) * 3
+MAX_UTTERANCE_TOKENS = 1001
+"""The reference's cap: one token from the prompt, then up to 1,000 more."""
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+REQUEST_FIELDS = (
+    RequestField("temperature", "number", 0.0, 2.0, doc="0 is greedy decoding"),
+    RequestField("top_k", "integer", 0, 6563, doc="0 keeps every token"),
+    RequestField("top_p", "number", 0.0, 1.0, low_exclusive=True, doc="nucleus sampling"),
+    RequestField("repetition_penalty", "number", 0.0, 10.0, low_exclusive=True),
+    RequestField("seed", "integer", *INT64, doc="reproducible sampling"),
+    RequestField(
+        "max_new_tokens", "integer", 1, MAX_UTTERANCE_TOKENS, doc="cap per utterance (25 a second)"
+    ),
+)
+
+
+DEFAULT_SAMPLING = T3Sampling()
+
+
+@dataclass(frozen=True)
+class Voice:
+    """What T3 needs of a voice; ``decoder`` is the vocoder's conditioning."""
+
+    speaker: np.ndarray
+    """float32 [256]: the voice encoder's embedding."""
+    prompt: np.ndarray
+    """int64 [P]: the reference's speech tokens."""
+    decoder: Any = None
+
+
+@dataclass
+class ChatterboxPrepared(Prepared):
+    voice: Voice | None = None
+    sampling: T3Sampling = T3Sampling()
+    key: int = 0
+    max_tokens: int = MAX_UTTERANCE_TOKENS
+
+
+@dataclass
+class _Context:
+    prepared: ChatterboxPrepared
+    units: deque[np.ndarray] = field(default_factory=deque)
+    closed: bool = False
+    speaking: bool = False
+    fresh: bool = True
+    """No utterance has run yet: the next one carries the voice prefix."""
+    last: int = 0
+    made: int = 0
+    """Tokens of the current utterance."""
+    hit_limit: bool = False
+
+
+class ChatterboxRunner(ModelRunner):
+    frame_dtype = np.int64
+    frame_dim = 1
+    max_frames_per_step = 1 + len(TAIL)
+    prepares_inline = True
+    encodes_inline = True
+
+    def __init__(
+        self,
+        model: T3,
+        tokenizer: TextTokenizer,
+        voices: Mapping[str, Voice],
+        capabilities: Capabilities,
+        slots: int,
+        capacity: int,
+        sampling: T3Sampling = DEFAULT_SAMPLING,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.voices = dict(voices)
+        self.capabilities = capabilities
+        self.sampling = sampling
+        self.t3 = T3Slots(model, slots, capacity)
+        self.capacity = capacity
+        self.contexts: list[_Context | None] = [None] * slots
+        self._fields = {f.name: f for f in capabilities.request_fields}
+
+    @property
+    def max_slots(self) -> int:
+        return len(self.contexts)
+
+    # -- before the first step ---------------------------------------------------
+
+    def validate(self, params: SynthParams) -> None:
+        self._sampling(params)
+        if params.voice not in self.voices:
+            known = ", ".join(sorted(self.voices))
+            raise ModelInputError(
+                f"voice: unknown voice {params.voice!r}; this model has {known}",
+                param="voice",
+                code="unknown_voice",
+            )
+
+    def prepare(self, params: SynthParams) -> ChatterboxPrepared:
+        self.validate(params)
+        sampling, seed, cap = self._sampling(params)
+        voice = self.voices[params.voice]
+        return ChatterboxPrepared(
+            conditioning=voice.decoder,
+            voice=voice,
+            sampling=sampling,
+            key=key_of(seed if seed is not None else random.getrandbits(64)),
+            max_tokens=cap,
+        )
+
+    def _sampling(self, params: SynthParams) -> tuple[T3Sampling, int | None, int]:
+        extra = params.extra
+        value = {
+            k: self._fields[k].check(extra[k]) for k in self._fields if extra.get(k) is not None
+        }
+        out = self.sampling
+        for name in ("temperature", "top_k", "top_p", "repetition_penalty"):
+            if name in value:
+                out = replace(out, **{name: value[name]})
+        if out.temperature == 0:  # greedy: only the best token survives top-k
+            out = replace(out, top_k=1)
+        return out, value.get("seed"), value.get("max_new_tokens", MAX_UTTERANCE_TOKENS)
+
+    def encode_text(self, text: str) -> list[np.ndarray]:
+        """One utterance per segment, cleaned up as the reference does; nothing for blank text."""
+        if not text.strip():
+            return []
+        return [np.asarray(self.tokenizer.encode(normalize(text)), np.int64)]
+
+    # -- stepping ----------------------------------------------------------------
+
+    @torch.no_grad()
+    def execute(self, plan: StepPlan) -> StepResult:
+        for slot in plan.free.tolist():
+            self.contexts[slot] = None
+        for admit in plan.admit:
+            assert isinstance(admit.prepared, ChatterboxPrepared)
+            self.contexts[admit.slot] = _Context(admit.prepared)
+        for feed in plan.feed:
+            ctx = self.contexts[feed.slot]
+            if ctx is not None:
+                ctx.units.extend(feed.units)
+                ctx.closed = ctx.closed or feed.close
+        rows = plan.step.tolist()
+        starting: list[tuple[int, _Context, np.ndarray]] = []
+        going: list[tuple[int, _Context]] = []
+        for slot in rows:
+            ctx = self.contexts[slot]
+            if ctx is None:
+                continue
+            if ctx.speaking:
+                going.append((slot, ctx))
+            elif ctx.units:
+                ids = ctx.units.popleft()
+                if self._fits(slot, ctx, ids):
+                    starting.append((slot, ctx, ids))
+        tokens: dict[int, int] = {}
+        if starting:
+            items = [self._utterance(slot, ctx, ids) for slot, ctx, ids in starting]
+            for (slot, ctx, _), token in zip(starting, self.t3.start(items).tolist(), strict=True):
+                ctx.speaking, ctx.fresh, ctx.made = True, False, 0
+                tokens[slot] = token
+        if going:
+            slots = [slot for slot, _ in going]
+            last = np.asarray([ctx.last for _, ctx in going], np.int64)
+            tokens.update(zip(slots, self.t3.advance(slots, last).tolist(), strict=True))
+        return self._result(rows, tokens, {slot for slot, _, _ in starting})
+
+    def _fits(self, slot: int, ctx: _Context, ids: np.ndarray) -> bool:
+        """Whether an utterance's prompt leaves room for a token in the slot; one that
+        does not is skipped and the context reports the limit when it ends."""
+        assert ctx.prepared.voice is not None
+        prefix = 1 + len(ctx.prepared.voice.prompt)
+        if prefix + len(ids) + 2 <= self.capacity:
+            return True
+        ctx.hit_limit = True
+        return False
+
+    def _utterance(self, slot: int, ctx: _Context, ids: np.ndarray) -> Utterance:
+        p = ctx.prepared
+        prefix = None
+        if ctx.fresh:
+            assert p.voice is not None
+            dev = self.t3.device
+            prefix = self.model.prefix(
+                torch.as_tensor(p.voice.speaker, dtype=self.t3.dtype, device=dev),
+                torch.as_tensor(p.voice.prompt, dtype=torch.long, device=dev),
+            )
+        return Utterance(slot, prefix, ids, p.sampling, p.key)
+
+    def _result(self, rows: list[int], tokens: dict[int, int], first: set[int]) -> StepResult:
+        n = len(rows)
+        counts = np.zeros(n, np.int64)
+        unit_end = np.zeros(n, bool)
+        finished = np.zeros(n, bool)
+        hit_limit = np.zeros(n, bool)
+        waiting = np.zeros(n, bool)
+        frames: list[int] = []
+        stop, start = self.model.cfg.stop_speech, self.model.cfg.start_speech
+        for row, slot in enumerate(rows):
+            ctx = self.contexts[slot]
+            if ctx is None:
+                finished[row] = True
+                continue
+            token = tokens.get(slot)
+            if token is not None:
+                ctx.last = token
+                ctx.made += 1
+                # The reference never checks an utterance's first token for the stop id.
+                ended = token == stop and slot not in first
+                if token < start:
+                    frames.append(token)
+                    counts[row] += 1
+                full = int(self.t3.position[slot]) + 1 >= self.capacity
+                if not ended and (ctx.made >= ctx.prepared.max_tokens or full):
+                    ended = ctx.hit_limit = True  # reported when the context ends
+                if ended:
+                    ctx.speaking = False
+                    frames.extend(TAIL)
+                    counts[row] += len(TAIL)
+                    unit_end[row] = True
+            done = not ctx.speaking and not ctx.units and ctx.closed
+            finished[row] = done
+            hit_limit[row] = done and ctx.hit_limit
+            waiting[row] = not done and not ctx.speaking and not ctx.units
+        return StepResult(
+            counts,
+            np.asarray(frames, np.int64).reshape(-1, 1),
+            unit_end,
+            finished,
+            hit_limit,
+            waiting,
+        )
