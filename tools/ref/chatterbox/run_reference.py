@@ -17,6 +17,18 @@ JOB.json: {"t3_sizes"?: {...}, "tasks": [TASK, ...]}; each TASK has "kind" and "
 - {"kind": "text", "id", "text"} -> OUT/<id>.ids.npy int64: the ids ``generate`` gives T3
    (``punc_norm``, then the checkpoint's tokenizer as ``from_local`` loads it), and the
    normalised text in result.json
+- {"kind": "hift", "id", "mel" (path of a float32 .npy [1, 80, F]), "seed"}
+   -> OUT/<id>.wav.npy float32 [F * 480]: ``mel2wav.inference`` right after
+   ``torch.manual_seed(seed)`` (its sine source and noise come from that generator)
+- {"kind": "s3gen", "id", "tokens" (ids), "prompt_token" (ids), "prompt_feat" (path of a
+   float32 .npy [1, 2P, 80]), "embedding" (path of a float32 .npy [1, 192]), "seed"}
+   -> OUT/<id>.wav.npy: ``S3Gen.inference`` (flow, two mean-flow steps, HiFT, the fade-in)
+   right after ``torch.manual_seed(seed)``; and OUT/<id>.mel.npy: ``flow_inference``
+   under the same seed
+S3Gen is built as ``from_local`` builds it (``S3Gen(meanflow=True)``); each of its parts
+that a checkpoint holds (``flow.``, ``mel2wav.``, ``speaker_encoder.``, ``tokenizer.``
+prefixes of ``s3gen_meanflow.safetensors``) is loaded strictly, so the tests can check
+the parts ported so far against the reference's own modules.
 OUT/result.json lists what was written.
 """
 
@@ -98,6 +110,51 @@ def run_t3(t3, task: dict, out: Path) -> dict:  # noqa: ANN001
     return {"id": task["id"], "tokens": path.name}
 
 
+def build_s3gen(ckpt: Path):  # noqa: ANN201 (a reference object)
+    from chatterbox.models.s3gen import S3Gen
+
+    state = load_file(str(ckpt / "s3gen_meanflow.safetensors"))
+    s3gen = S3Gen(meanflow=True)
+    for part in ("flow", "mel2wav", "speaker_encoder", "tokenizer"):
+        prefix = part + "."
+        sub = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        if sub:
+            getattr(s3gen, part).load_state_dict(sub, strict=True)
+    return s3gen.eval()
+
+
+def run_hift(s3gen, task: dict, out: Path) -> dict:  # noqa: ANN001
+    mel = torch.from_numpy(np.load(task["mel"]))
+    torch.manual_seed(task["seed"])
+    with torch.inference_mode():
+        wav, _ = s3gen.mel2wav.inference(speech_feat=mel, cache_source=torch.zeros(1, 1, 0))
+    path = out / f"{task['id']}.wav.npy"
+    np.save(path, wav.reshape(-1).numpy().astype(np.float32))
+    return {"id": task["id"], "wav": path.name}
+
+
+def run_s3gen(s3gen, task: dict, out: Path) -> dict:  # noqa: ANN001
+    def ref_dict() -> dict:  # S3Gen casts the dict's tensors in place: a fresh one per call
+        prompt = torch.tensor(task["prompt_token"], dtype=torch.long).view(1, -1)
+        return {
+            "prompt_token": prompt,
+            "prompt_token_len": torch.tensor([prompt.shape[1]]),
+            "prompt_feat": torch.from_numpy(np.load(task["prompt_feat"])),
+            "prompt_feat_len": None,
+            "embedding": torch.from_numpy(np.load(task["embedding"])),
+        }
+
+    tokens = torch.tensor(task["tokens"], dtype=torch.long)
+    torch.manual_seed(task["seed"])
+    mel = s3gen.flow_inference(tokens, ref_dict=ref_dict(), n_cfm_timesteps=2, finalize=True)
+    torch.manual_seed(task["seed"])
+    wav, _ = s3gen.inference(speech_tokens=tokens, ref_dict=ref_dict(), n_cfm_timesteps=2)
+    wav_path, mel_path = out / f"{task['id']}.wav.npy", out / f"{task['id']}.mel.npy"
+    np.save(wav_path, wav.reshape(-1).numpy().astype(np.float32))
+    np.save(mel_path, mel.float().numpy())
+    return {"id": task["id"], "wav": wav_path.name, "mel": mel_path.name}
+
+
 def run_text(tokenizer, task: dict, out: Path) -> dict:  # noqa: ANN001
     from chatterbox.tts_turbo import punc_norm
 
@@ -124,11 +181,15 @@ def main() -> None:
     job = json.loads(job_path.read_text())
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    t3 = tokenizer = None
+    t3 = tokenizer = s3gen = None
     for task in job["tasks"]:
         if task["kind"] == "t3":
             t3 = t3 or build_t3(ckpt, job.get("t3_sizes"))
             results.append(run_t3(t3, task, out))
+        elif task["kind"] in ("hift", "s3gen"):
+            s3gen = s3gen or build_s3gen(ckpt)
+            run = run_hift if task["kind"] == "hift" else run_s3gen
+            results.append(run(s3gen, task, out))
         elif task["kind"] == "text":
             tokenizer = tokenizer or load_tokenizer(ckpt)
             results.append(run_text(tokenizer, task, out))
