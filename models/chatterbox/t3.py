@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.attention import attention_bias, grouped_attention
-from models.slot_kv import SlotKVCache
+from models.attention import attention_bias
+from models.slot_kv import SlotBatch, SlotKVCache
 from models.upload import upload
 
 UNUSED_KEYS = ("tfmr.wte.weight", "text_head.weight")
@@ -151,39 +151,16 @@ class T3(nn.Module):
         positions ``starts[b] + t`` of slot ``slots[b]``; the rest of a row is padding.
         Writes keys/values into ``cache``; returns the final-norm hidden states [B, T, H]."""
         b, t = embeds.shape[:2]
-        dev = embeds.device
-        host_starts = np.asarray(starts, np.int64)
-        host_counts = np.full(b, t, np.int64) if counts is None else np.asarray(counts, np.int64)
-        length = int((host_starts + host_counts).max())
-        if length > cache.capacity:
-            raise RuntimeError(f"utterance longer than the KV capacity {cache.capacity}")
-        host_slots = np.asarray(slots, np.int64)
-        first, end = int(host_slots.min()), int(host_slots.max()) + 1
-        positions = host_starts[:, None] + np.arange(t)[None]
-        padding = np.arange(t)[None] >= host_counts[:, None]
-        spanned = np.zeros((end - first, t), np.int64)
-        spanned[host_slots - first] = positions
-        slot_ids = upload(host_slots, dev)
-        packed = end - first == b and bool((np.diff(host_slots) == 1).all())
-        rows = slot_ids - first
-        where = upload(np.where(padding, cache.capacity, positions), dev)
-        allowed = torch.arange(length, device=dev) <= upload(spanned, dev)[:, :, None]
-        bias = attention_bias(allowed, 1, embeds.dtype)
+        batch = SlotBatch.of(cache, slots, starts, counts, t, embeds.device)
+        bias = attention_bias(batch.allowed, 1, embeds.dtype)
         # Padding positions read a real position embedding; their output is never used.
-        pos = upload(np.minimum(positions, self.cfg.positions - 1), dev)
-        x = embeds + self.tfmr.wpe(pos)
+        last = self.cfg.positions - 1
+        x = embeds + self.tfmr.wpe(upload(np.minimum(batch.positions, last), embeds.device))
         heads, dim = self.cfg.heads, self.cfg.head_dim
         for i, block in enumerate(self.tfmr.h):
             qkv = block.attn.c_attn(block.ln_1(x)).view(b, t, 3, heads, dim)
             q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
-            cache.write(i, slot_ids, where, k, v)
-            k_all, v_all = cache.view(i, first, end, length)
-            if packed:
-                out = grouped_attention(q, k_all, v_all, bias)
-            else:
-                spread = q.new_zeros((end - first, *q.shape[1:]))
-                spread[rows] = q
-                out = grouped_attention(spread, k_all, v_all, bias)[rows]
+            out = batch.attend(cache, i, q, k, v, bias)
             x = x + block.attn.c_proj(out.transpose(1, 2).reshape(b, t, -1))
             x = x + block.mlp(block.ln_2(x))
         return self.tfmr.ln_f(x)

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.attention import attention_bias, grouped_attention
+from models.attention import attention_bias
 from models.qwen3_tts.code_predictor import CodePredictor
 from models.qwen3_tts.config import TalkerConfig
 from models.qwen3_tts.layers import Stack, rope_cos_sin
-from models.slot_kv import SlotKVCache
+from models.slot_kv import SlotBatch, SlotKVCache
 from models.upload import upload
 
 
@@ -77,42 +76,16 @@ class Talker(nn.Module):
         nothing here waits on the device.
         """
         b, t = embeds.shape[:2]
-        dev = embeds.device
-        host_starts = np.asarray(starts, np.int64)
-        host_counts = np.full(b, t, np.int64) if counts is None else np.asarray(counts, np.int64)
-        length = int((host_starts + host_counts).max())
-        if length > cache.capacity:
-            raise RuntimeError(f"context longer than the KV capacity {cache.capacity}")
-        host_slots = np.asarray(slots, np.int64)
-        first, end = int(host_slots.min()), int(host_slots.max()) + 1
-        positions = host_starts[:, None] + np.arange(t)[None]
-        padding = np.arange(t)[None] >= host_counts[:, None]
-        # Slots of the range outside the batch get position 0: finite, unused output.
-        spanned = np.zeros((end - first, t), np.int64)
-        spanned[host_slots - first] = positions
-        slot_ids = upload(host_slots, dev)
-        # Slots packed in batch order (the usual decode step): the batch is the range.
-        packed = end - first == b and bool((np.diff(host_slots) == 1).all())
-        rows = slot_ids - first
-        where = upload(np.where(padding, cache.capacity, positions), dev)
-        position_ids = upload(positions, dev)
-        keys = torch.arange(length, device=dev)
-        allowed = keys <= upload(spanned, dev)[:, :, None]
+        batch = SlotBatch.of(cache, slots, starts, counts, t, embeds.device)
         stack = self.model.layers[0].self_attn
-        bias = attention_bias(allowed, stack.num_heads // stack.num_kv_heads, embeds.dtype)
+        bias = attention_bias(batch.allowed, stack.num_heads // stack.num_kv_heads, embeds.dtype)
+        position_ids = upload(batch.positions, embeds.device)
         cos, sin = rope_cos_sin(self.model.inv_freq, position_ids, embeds.dtype)
         x = embeds
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
             q, k, v = attn.project(layer.input_layernorm(x), cos, sin)
-            cache.write(i, slot_ids, where, k, v)
-            k_all, v_all = cache.view(i, first, end, length)
-            if packed:
-                out = grouped_attention(q, k_all, v_all, bias)
-            else:
-                spread = q.new_zeros((end - first, *q.shape[1:]))
-                spread[rows] = q
-                out = grouped_attention(spread, k_all, v_all, bias)[rows]
+            out = batch.attend(cache, i, q, k, v, bias)
             x = x + attn.o_proj(out.transpose(1, 2).reshape(b, t, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.model.norm(x)
