@@ -1,0 +1,79 @@
+"""S3Gen as a whole: speech tokens -> 24 kHz audio (the flow, then HiFT).
+
+``Conditioning`` is what a voice gives the decoder: its prompt's speech tokens,
+their mel (two frames a token) and its CAM++ x-vector. A whole utterance
+decodes as the reference decodes it, the first 20 ms silenced and the next
+20 ms faded in (the reference's guard against the prompt spilling over).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from models.chatterbox.flow import MELS, Flow
+from models.chatterbox.hift import SAMPLE_RATE, HiFT, SourceNoise, draw_source_noise
+
+FADE_SAMPLES = SAMPLE_RATE // 50
+"""20 ms: silenced at the start of an utterance, then as long a fade-in."""
+
+
+def fade_in(device: torch.device | None = None) -> torch.Tensor:
+    """[2 * FADE_SAMPLES]: zeros, then a raised-cosine rise from 0 to 1."""
+    fade = torch.zeros(2 * FADE_SAMPLES, device=device)
+    rise = torch.linspace(torch.pi, 0, FADE_SAMPLES, device=device)
+    fade[FADE_SAMPLES:] = (torch.cos(rise) + 1) / 2
+    return fade
+
+
+@dataclass(frozen=True)
+class Conditioning:
+    """A voice's decoder conditioning."""
+
+    prompt_tokens: torch.Tensor
+    """int64 [1, P]."""
+    prompt_mel: torch.Tensor
+    """float [1, 2P, 80]: natural-log mel of the prompt at 24 kHz."""
+    embedding: torch.Tensor
+    """float [1, 192]: the prompt's CAM++ x-vector."""
+
+
+@dataclass(frozen=True)
+class UtteranceNoise:
+    """Every random input of one utterance: the flow's starting point and HiFT's source."""
+
+    flow: torch.Tensor
+    """[1, 80, 2 (P + N)]."""
+    source: SourceNoise
+
+
+def draw_utterance_noise(
+    tokens: int, prompt_tokens: int, generator: torch.Generator | None = None
+) -> UtteranceNoise:
+    """The reference's draws for one utterance, in its order: the new frames' noise,
+    the whole call's (whose prompt part is kept), then HiFT's source."""
+    new = torch.randn(1, MELS, 2 * tokens, generator=generator)
+    flow = torch.randn(1, MELS, 2 * (tokens + prompt_tokens), generator=generator)
+    flow[:, :, 2 * prompt_tokens :] = new
+    return UtteranceNoise(flow, draw_source_noise(2 * tokens, generator=generator))
+
+
+class S3Gen:
+    def __init__(self, flow: Flow, hift: HiFT) -> None:
+        self.flow = flow.eval()
+        self.hift = hift.eval()
+
+    @torch.no_grad()
+    def utterance(
+        self, tokens: torch.Tensor, voice: Conditioning, noise: UtteranceNoise
+    ) -> torch.Tensor:
+        """Audio [1, 960 N] of ``tokens`` [1, N], faded in as the reference fades it."""
+        mel = self.flow.inference(
+            tokens, voice.prompt_tokens, voice.prompt_mel, voice.embedding, noise.flow
+        )
+        audio = self.hift(mel, noise.source)
+        fade = fade_in(audio.device)
+        n = min(len(fade), audio.shape[-1])
+        audio[:, :n] = audio[:, :n] * fade[:n]
+        return audio
