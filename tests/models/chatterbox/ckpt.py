@@ -122,3 +122,27 @@ def build_tokenizer(out: Path, vocab_size: int = 316) -> int:
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return base + len(TAGS)
+
+
+def build_conds(out: Path, prompt: int = 40, seed: int = 0) -> Path:
+    """A built-in voice (``conds.pt``) in the layout ``Conditionals.save`` writes."""
+    gen = torch.Generator().manual_seed(seed)
+    speaker = torch.nn.functional.normalize(torch.rand(1, 256, generator=gen), dim=1)
+    decoder_prompt = 2 * prompt // 3
+    t3 = {
+        "speaker_emb": speaker,
+        "clap_emb": None,
+        "cond_prompt_speech_tokens": torch.randint(0, 6561, (1, prompt), generator=gen),
+        "cond_prompt_speech_emb": None,
+        "emotion_adv": 0.5 * torch.ones(1, 1, 1),
+    }
+    decoder = {
+        "prompt_token": torch.randint(0, 6561, (1, decoder_prompt), generator=gen),
+        "prompt_token_len": torch.tensor([decoder_prompt]),
+        "prompt_feat": torch.randn(1, 2 * decoder_prompt, 80, generator=gen) - 6,
+        "prompt_feat_len": None,
+        "embedding": torch.randn(1, 192, generator=gen),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save({"t3": t3, "gen": decoder}, out / "conds.pt")
+    return out

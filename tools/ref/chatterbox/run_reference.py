@@ -25,6 +25,9 @@ JOB.json: {"t3_sizes"?: {...}, "tasks": [TASK, ...]}; each TASK has "kind" and "
    -> OUT/<id>.wav.npy: ``S3Gen.inference`` (flow, two mean-flow steps, HiFT, the fade-in)
    right after ``torch.manual_seed(seed)``; and OUT/<id>.mel.npy: ``flow_inference``
    under the same seed
+- {"kind": "conds", "id"} -> OUT/<id>.<field>.npy for each tensor of CKPT/conds.pt as
+   ``Conditionals.load`` reads it (the built-in voice): t3_speaker_emb,
+   t3_cond_prompt_speech_tokens, gen_prompt_token, gen_prompt_feat, gen_embedding
 S3Gen is built as ``from_local`` builds it (``S3Gen(meanflow=True)``); each of its parts
 that a checkpoint holds (``flow.``, ``mel2wav.``, ``speaker_encoder.``, ``tokenizer.``
 prefixes of ``s3gen_meanflow.safetensors``) is loaded strictly, so the tests can check
@@ -155,6 +158,21 @@ def run_s3gen(s3gen, task: dict, out: Path) -> dict:  # noqa: ANN001
     return {"id": task["id"], "wav": wav_path.name, "mel": mel_path.name}
 
 
+def run_conds(ckpt: Path, task: dict, out: Path) -> dict:
+    from chatterbox.tts_turbo import Conditionals
+
+    conds = Conditionals.load(ckpt / "conds.pt")
+    found = {"id": task["id"]}
+    fields = [("t3", conds.t3.__dict__), ("gen", conds.gen)]
+    for section, values in fields:
+        for key, value in values.items():
+            if torch.is_tensor(value):
+                name = f"{section}_{key}"
+                np.save(out / f"{task['id']}.{name}.npy", value.numpy())
+                found[name] = f"{task['id']}.{name}.npy"
+    return found
+
+
 def run_text(tokenizer, task: dict, out: Path) -> dict:  # noqa: ANN001
     from chatterbox.tts_turbo import punc_norm
 
@@ -190,6 +208,8 @@ def main() -> None:
             s3gen = s3gen or build_s3gen(ckpt)
             run = run_hift if task["kind"] == "hift" else run_s3gen
             results.append(run(s3gen, task, out))
+        elif task["kind"] == "conds":
+            results.append(run_conds(ckpt, task, out))
         elif task["kind"] == "text":
             tokenizer = tokenizer or load_tokenizer(ckpt)
             results.append(run_text(tokenizer, task, out))
