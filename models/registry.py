@@ -18,6 +18,7 @@ FAMILIES: dict[str, str] = {
     "piper": "models.piper.loader:load",
     "tiny": "models.tiny.model:load",
     "qwen3_tts": "models.qwen3_tts.loader:load",
+    "chatterbox": "models.chatterbox.loader:load",
 }
 
 Loader = Callable[[Mapping[str, Any], Path | None], LoadedModel]
@@ -40,6 +41,8 @@ def detect_config(checkpoint: Path, known: list[str]) -> str:
     """Name of the config (among ``known``) that fits a checkpoint directory or file."""
     if checkpoint.suffix == ".onnx" or any(checkpoint.glob("*.onnx.json")):
         return "piper-joe"
+    if (checkpoint / "t3_turbo_v1.safetensors").is_file():
+        return "chatterbox-turbo"
     config = checkpoint / "config.json"
     if config.is_file():
         import json
@@ -57,6 +60,7 @@ def detect_config(checkpoint: Path, known: list[str]) -> str:
             if same_variant:
                 return same_variant[-1]
     raise ValueError(
-        f"cannot tell the model family of {checkpoint}: expected a Piper .onnx voice or a "
-        "Qwen3-TTS checkpoint (config.json with model_type qwen3_tts); pass --config"
+        f"cannot tell the model family of {checkpoint}: expected a Piper .onnx voice, a "
+        "Qwen3-TTS checkpoint (config.json with model_type qwen3_tts) or a Chatterbox Turbo "
+        "one (t3_turbo_v1.safetensors); pass --config"
     )

@@ -119,6 +119,9 @@ class SourceNoise:
     phases: torch.Tensor
     noise: torch.Tensor
 
+    def to(self, device: torch.device, dtype: torch.dtype) -> SourceNoise:
+        return SourceNoise(self.phases.to(device, dtype), self.noise.to(device, dtype))
+
 
 def draw_source_noise(
     frames: int, batch: int = 1, generator: torch.Generator | None = None

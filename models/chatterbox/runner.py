@@ -33,6 +33,7 @@ from models.chatterbox.sampling import T3Sampling
 from models.chatterbox.t3 import T3
 from models.chatterbox.t3_slots import T3Slots, Utterance
 from models.chatterbox.text import TextTokenizer, normalize
+from models.chatterbox.vocoder import StreamConditioning
 from models.random_draws import key_of
 
 SILENCE_TOKEN = 4299
@@ -106,12 +107,14 @@ class ChatterboxRunner(ModelRunner):
         slots: int,
         capacity: int,
         sampling: T3Sampling = DEFAULT_SAMPLING,
+        max_tokens: int = MAX_UTTERANCE_TOKENS,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.voices = dict(voices)
         self.capabilities = capabilities
         self.sampling = sampling
+        self.max_tokens = max_tokens
         self.t3 = T3Slots(model, slots, capacity)
         self.capacity = capacity
         self.contexts: list[_Context | None] = [None] * slots
@@ -137,11 +140,12 @@ class ChatterboxRunner(ModelRunner):
         self.validate(params)
         sampling, seed, cap = self._sampling(params)
         voice = self.voices[params.voice]
+        key = key_of(seed if seed is not None else random.getrandbits(64))
         return ChatterboxPrepared(
-            conditioning=voice.decoder,
+            conditioning=StreamConditioning(voice.decoder, key) if voice.decoder else None,
             voice=voice,
             sampling=sampling,
-            key=key_of(seed if seed is not None else random.getrandbits(64)),
+            key=key,
             max_tokens=cap,
         )
 
@@ -156,7 +160,7 @@ class ChatterboxRunner(ModelRunner):
                 out = replace(out, **{name: value[name]})
         if out.temperature == 0:  # greedy: only the best token survives top-k
             out = replace(out, top_k=1)
-        return out, value.get("seed"), value.get("max_new_tokens", MAX_UTTERANCE_TOKENS)
+        return out, value.get("seed"), value.get("max_new_tokens", self.max_tokens)
 
     def encode_text(self, text: str) -> list[np.ndarray]:
         """One utterance per segment, cleaned up as the reference does; nothing for blank text."""

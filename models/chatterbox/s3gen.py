@@ -47,6 +47,9 @@ class UtteranceNoise:
     """[1, 80, 2 (P + N)]."""
     source: SourceNoise
 
+    def to(self, device: torch.device, dtype: torch.dtype) -> UtteranceNoise:
+        return UtteranceNoise(self.flow.to(device, dtype), self.source.to(device, dtype))
+
 
 def draw_utterance_noise(
     tokens: int, prompt_tokens: int, generator: torch.Generator | None = None

@@ -1,0 +1,116 @@
+"""Load a ``ResembleAI/chatterbox-turbo`` checkpoint directory as a servable model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from safetensors.torch import load_file
+
+from models.base import Capabilities, LoadedModel, VoiceInfo, parse_options
+from models.chatterbox.checkpoint import CheckpointError, load_t3
+from models.chatterbox.flow import Flow
+from models.chatterbox.hift import load_hift
+from models.chatterbox.runner import (
+    DEFAULT_SAMPLING,
+    MAX_UTTERANCE_TOKENS,
+    REQUEST_FIELDS,
+    ChatterboxRunner,
+)
+from models.chatterbox.s3gen import S3Gen
+from models.chatterbox.sampling import T3Sampling
+from models.chatterbox.text import load_text_tokenizer
+from models.chatterbox.vocoder import ChatterboxVocoder
+from models.chatterbox.voices import BUILTIN_VOICE, load_builtin
+
+S3GEN_FILE = "s3gen_meanflow.safetensors"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ChatterboxOptions:
+    checkpoint: str | None = None
+    """Checkpoint directory (the ``checkpoint`` argument of ``load`` wins)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    max_contexts: int = 8
+    """T3 KV slots: contexts generating at once."""
+    kv_capacity: int = 2048
+    """T3 positions per slot: the voice prefix (up to 376), a clause's text and its
+    speech tokens (up to 1,001)."""
+    max_new_tokens: int = MAX_UTTERANCE_TOKENS
+    """Speech tokens one utterance (clause) may make, at most (25 a second; the
+    reference's cap is 1,001); a request's ``max_new_tokens`` lowers it."""
+    temperature: float = DEFAULT_SAMPLING.temperature
+    top_k: int = DEFAULT_SAMPLING.top_k
+    top_p: float = DEFAULT_SAMPLING.top_p
+    repetition_penalty: float = DEFAULT_SAMPLING.repetition_penalty
+
+
+def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
+    options = parse_options(ChatterboxOptions, raw_options, "model")
+    if checkpoint is None and options.checkpoint is None:
+        raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
+    root = Path(checkpoint if checkpoint is not None else options.checkpoint)  # type: ignore[arg-type]
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {root}")
+    if options.max_contexts < 1 or options.kv_capacity < 512:
+        raise ValueError(
+            "model.max_contexts must be at least 1 and model.kv_capacity at least 512, "
+            f"got {options.max_contexts} and {options.kv_capacity}"
+        )
+    if not 1 <= options.max_new_tokens <= MAX_UTTERANCE_TOKENS:
+        raise ValueError(
+            f"model.max_new_tokens must be from 1 to {MAX_UTTERANCE_TOKENS}, "
+            f"got {options.max_new_tokens}"
+        )
+    device, dtype = torch.device(options.device), DTYPES[options.dtype]
+    t3 = load_t3(root, device, dtype)
+    tokenizer = load_text_tokenizer(root)
+    s3gen_path = root / S3GEN_FILE
+    if not s3gen_path.is_file():
+        raise CheckpointError(f"{root}: missing {S3GEN_FILE} (the decoder weights)")
+    state = load_file(str(s3gen_path))
+    flow = Flow()
+    flow_state = {k[len("flow.") :]: v for k, v in state.items() if k.startswith("flow.")}
+    missing, unexpected = flow.load_state_dict(flow_state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{s3gen_path}: flow tensors do not match (missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]})"
+        )
+    try:
+        hift = load_hift(state)
+    except ValueError as err:
+        raise CheckpointError(f"{s3gen_path}: {err}") from err
+    s3gen = S3Gen(flow.to(device, dtype), hift.to(device, dtype))
+    builtin = load_builtin(root)
+    if builtin is None:
+        raise CheckpointError(f"{root}: no conds.pt (the built-in voice); cloning comes later")
+    voices = {BUILTIN_VOICE: builtin}
+    capabilities = Capabilities(
+        family="chatterbox",
+        sample_rate=ChatterboxVocoder.sample_rate,
+        samples_per_frame=ChatterboxVocoder.samples_per_frame,
+        voices=tuple(VoiceInfo(name, "en") for name in voices),
+        languages=("en",),
+        max_frames_per_context=0,
+        request_fields=REQUEST_FIELDS,
+    )
+    sampling = T3Sampling(
+        options.temperature, options.top_k, options.top_p, options.repetition_penalty
+    )
+    runner = ChatterboxRunner(
+        t3,
+        tokenizer,
+        voices,
+        capabilities,
+        options.max_contexts,
+        options.kv_capacity,
+        sampling,
+        options.max_new_tokens,
+    )
+    return LoadedModel(runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype))

@@ -1,0 +1,101 @@
+"""Chatterbox Turbo served end to end from a checkpoint directory (a tiny T3, real-size
+random S3Gen): the native socket, the vllm-omni socket and HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import websockets
+
+from tests.models.chatterbox.ckpt_full import build_checkpoint
+from tests.serving import RunningServer, run_server
+from tests.wsclient import Client
+from voiceserver.config import ServerConfig, config_for_checkpoint, with_checkpoint
+
+TEXT = "Hello there, friend."
+CAP = 8
+"""Speech tokens per clause: random weights never say stop."""
+TOKEN_SAMPLES = 960
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_checkpoint(tmp_path_factory.mktemp("chatterbox") / "turbo", seed=1)
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint: Path) -> Iterator[RunningServer]:
+    config = with_checkpoint(config_for_checkpoint(checkpoint, {"max_new_tokens": CAP}), checkpoint)
+    with run_server(config, ServerConfig()) as running:
+        yield running
+
+
+def test_config_is_picked_from_the_checkpoint(checkpoint: Path) -> None:
+    config = config_for_checkpoint(checkpoint)
+    assert config.family == "chatterbox" and config.name == "chatterbox-turbo"
+
+
+async def speak(server: RunningServer, cid: str, **create: object) -> tuple[np.ndarray, dict]:
+    client = await Client.connect(server.ws)
+    await client.send(type="context.create", context_id=cid, voice="default", **create)
+    for i, word in enumerate(TEXT.split(" ")):
+        await client.send(type="text.append", context_id=cid, text=word if i == 0 else " " + word)
+    await client.send(type="context.end", context_id=cid)
+    done = await client.until("context.done", cid, timeout=180)
+    await client.close()
+    return np.frombuffer(bytes(client.got.audio[cid]), np.int16), done
+
+
+async def test_websocket_streams_and_a_seed_repeats(server: RunningServer) -> None:
+    audio, done = await speak(server, "a", temperature=0, seed=5)
+    frames = done["usage"]["frames"]
+    # Each clause: up to CAP tokens, then the three silence tokens, 960 samples each.
+    assert frames > 0 and len(audio) == frames * TOKEN_SAMPLES
+    assert np.abs(audio[:480]).max() == 0 and np.abs(audio).max() > 100  # faded in, not silent
+    again, _ = await speak(server, "b", temperature=0, seed=5)
+    assert np.array_equal(again, audio)
+
+
+async def test_http_speech(server: RunningServer) -> None:
+    async with httpx.AsyncClient(timeout=180) as http:
+        body = {"input": TEXT, "voice": "default", "response_format": "pcm", "temperature": 0}
+        response = await http.post(f"{server.http}/v1/audio/speech", json=body)
+    assert response.status_code == 200, response.text
+    assert len(response.content) > 0 and len(response.content) % (TOKEN_SAMPLES * 2) == 0
+
+
+async def test_vllm_socket(server: RunningServer) -> None:
+    url = f"ws://{server.host}:{server.port}/v1/audio/speech/stream"
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "session.config", "voice": "default"}))
+        await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        audio, types = b"", []
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                audio += message
+                continue
+            data = json.loads(message)
+            types.append(data["type"])
+            assert data["type"] != "error", data
+            if data["type"] == "session.done":
+                break
+    assert types[0] == "audio.start" and "audio.done" in types
+    assert audio[:4] == b"RIFF" and len(audio) > 44
+
+
+async def test_unknown_voice_and_bad_sampling_are_errors(server: RunningServer) -> None:
+    client = await Client.connect(server.ws)
+    await client.send(type="context.create", context_id="bad", voice="nobody")
+    error = await client.until("error")
+    assert error["code"] == "unknown_voice" and error["param"] == "voice"
+    await client.send(type="context.create", context_id="hot", voice="default", temperature=7)
+    error = await client.until("error")
+    assert error["code"] == "invalid_field" and error["param"] == "temperature"
+    await client.close()
