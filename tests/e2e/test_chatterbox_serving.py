@@ -48,6 +48,8 @@ async def speak(server: RunningServer, cid: str, **create: object) -> tuple[np.n
     await client.send(type="context.end", context_id=cid)
     done = await client.until("context.done", cid, timeout=180)
     await client.close()
+    # Random weights never say stop: every clause reaches the cap, which is said once.
+    assert [w["code"] for w in client.got.of_type("warning")] == ["max_frames_reached"]
     return np.frombuffer(bytes(client.got.audio[cid]), np.int16), done
 
 
