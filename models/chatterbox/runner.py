@@ -128,6 +128,9 @@ class ChatterboxRunner(ModelRunner):
 
     def validate(self, params: SynthParams) -> None:
         self._sampling(params)
+        self._voice(params)
+
+    def _voice(self, params: SynthParams) -> Voice:
         if params.voice not in self.voices:
             known = ", ".join(sorted(self.voices))
             raise ModelInputError(
@@ -135,11 +138,11 @@ class ChatterboxRunner(ModelRunner):
                 param="voice",
                 code="unknown_voice",
             )
+        return self.voices[params.voice]
 
     def prepare(self, params: SynthParams) -> ChatterboxPrepared:
-        self.validate(params)
         sampling, seed, cap = self._sampling(params)
-        voice = self.voices[params.voice]
+        voice = self._voice(params)
         key = key_of(seed if seed is not None else random.getrandbits(64))
         return ChatterboxPrepared(
             conditioning=StreamConditioning(voice.decoder, key) if voice.decoder else None,
@@ -195,16 +198,18 @@ class ChatterboxRunner(ModelRunner):
                 ids = ctx.units.popleft()
                 if self._fits(slot, ctx, ids):
                     starting.append((slot, ctx, ids))
-        tokens: dict[int, int] = {}
+        parts = []
         if starting:
-            items = [self._utterance(slot, ctx, ids) for slot, ctx, ids in starting]
-            for (slot, ctx, _), token in zip(starting, self.t3.start(items).tolist(), strict=True):
+            parts.append(self.t3.start([self._utterance(s, c, ids) for s, c, ids in starting]))
+            for _, ctx, _ in starting:
                 ctx.speaking, ctx.fresh, ctx.made = True, False, 0
-                tokens[slot] = token
         if going:
-            slots = [slot for slot, _ in going]
             last = np.asarray([ctx.last for _, ctx in going], np.int64)
-            tokens.update(zip(slots, self.t3.advance(slots, last).tolist(), strict=True))
+            parts.append(self.t3.advance([slot for slot, _ in going], last))
+        # The step's one device-to-host copy: every new token.
+        host = torch.cat(parts).cpu().tolist() if parts else []
+        stepped = [slot for slot, _, _ in starting] + [slot for slot, _ in going]
+        tokens = dict(zip(stepped, host, strict=True))
         return self._result(rows, tokens, {slot for slot, _, _ in starting})
 
     def _fits(self, slot: int, ctx: _Context, ids: np.ndarray) -> bool:

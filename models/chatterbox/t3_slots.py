@@ -4,7 +4,8 @@
 tokens + text + start-of-speech) in one padded call and samples each one's first
 token; ``advance`` feeds every listed slot its last token and samples the next.
 Sampling settings, the penalty's seen-ids and the random keys live in
-slot-indexed device tensors; the host sees each step's tokens once.
+slot-indexed device tensors; both calls return device tensors, so the caller
+copies a whole step's tokens to the host once.
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ class T3Slots:
         self._true = torch.ones((), dtype=torch.bool, device=dev)
 
     @torch.no_grad()
-    def start(self, items: list[Utterance]) -> np.ndarray:
-        """First speech token of each utterance (host int64 [len(items)])."""
+    def start(self, items: list[Utterance]) -> torch.Tensor:
+        """First speech token of each utterance (int64 [len(items)] on the device: the
+        caller copies a step's tokens to the host once)."""
         if not items:
-            return np.zeros(0, np.int64)
+            return torch.zeros(0, dtype=torch.long, device=self.device)
         rows, starts = [], []
         for u in items:
             row = self.model.utterance(upload(u.text_ids, self.device))
@@ -84,8 +86,8 @@ class T3Slots:
         if fresh:  # a context's draws go on across its utterances
             new = upload([u.slot for u in fresh], self.device)
             self._key[new] = upload([u.key for u in fresh], self.device)
-            self._draws[new] = 0
-        self._seen[ids] = False
+            self._draws.index_fill_(0, new, 0)  # a Python scalar written in would sync
+        self._seen.index_fill_(0, ids, False)
         # The first step's penalty covers the start-of-speech id, as the reference's does.
         start = torch.full_like(ids, self.model.cfg.start_speech)
         self._seen.index_put_((ids, start), self._true)
@@ -94,14 +96,14 @@ class T3Slots:
         return self._sample(ids, last, first=True)
 
     @torch.no_grad()
-    def advance(self, slots: list[int], tokens: np.ndarray) -> np.ndarray:
-        """Feed each slot its last token; the next one of each (host int64)."""
+    def advance(self, slots: list[int], tokens: np.ndarray) -> torch.Tensor:
+        """Feed each slot its last token (host ids); the next one of each (on the device)."""
         embeds = self.model.speech_emb(upload(tokens, self.device))[:, None]
         hidden = self.model(embeds, self.cache, slots, self.position[slots].tolist())[:, 0]
         self.position[slots] += 1
         return self._sample(upload(slots, self.device), hidden, first=False)
 
-    def _sample(self, ids: torch.Tensor, hidden: torch.Tensor, first: bool) -> np.ndarray:
+    def _sample(self, ids: torch.Tensor, hidden: torch.Tensor, first: bool) -> torch.Tensor:
         settings = self._settings[ids]
         seen = self._seen[ids]
         scores = process(
@@ -115,6 +117,6 @@ class T3Slots:
         out = draw(scores, self._greedy[ids], self._key[ids], self._draws[ids], self._hash)
         self._draws[ids] += 1
         if first:  # from now on the penalty covers only the sampled ids
-            self._seen[ids] = False
+            self._seen.index_fill_(0, ids, False)
         self._seen.index_put_((ids, out), self._true)
-        return out.cpu().numpy()
+        return out
