@@ -110,6 +110,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def slots_for(args: argparse.Namespace, largest: int) -> None:
+    """Make the model hold ``largest`` contexts at once unless ``--option max_contexts``
+    chose otherwise (the configs' CPU-sized slot counts would queue a level)."""
+    if not any(o.partition("=")[0] == "max_contexts" for o in args.option):
+        args.option.append(f"max_contexts={largest}")
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchModel:
     config: ModelConfig
@@ -155,8 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # Every context of a level runs at once, whatever the config's capacity or the
     # measured load: this measures the device, not admission or queueing.
     top = max(args.concurrency)
-    if not any(o.partition("=")[0] == "max_contexts" for o in args.option):
-        args.option.append(f"max_contexts={top}")
+    slots_for(args, top)
     bench = load_model(args)
     config, model, options, extra = bench.config, bench.model, bench.options, bench.extra
     if model.runner.max_slots < top:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.engine_bench import add_model_args, load_model, percentile
+from bench.engine_bench import add_model_args, load_model, percentile, slots_for
 from models.base import Admit, DecodeItem, Feed, LoadedModel, StepPlan, SynthParams
 
 TEXT = (
@@ -244,8 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    if not any(o.partition("=")[0] == "max_contexts" for o in args.option):
-        args.option.append(f"max_contexts={max(args.batch)}")
+    slots_for(args, max(args.batch))
     bench = load_model(args)
     model, params = bench.model, bench.params
     out_dir = args.out.parent if args.out is not None else None

@@ -56,6 +56,10 @@ class ModelInputError(ValueError):
         self.code = code
 
 
+INT64 = (-(1 << 63), (1 << 63) - 1)
+"""The range of a 64-bit integer field (seeds)."""
+
+
 @dataclass(frozen=True)
 class RequestField:
     """A per-request setting a model takes (it arrives as ``SynthParams.extra[name]``).

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from models.base import (
+    INT64,
     Capabilities,
     ModelInputError,
     ModelRunner,
@@ -41,7 +42,6 @@ SILENCE_TOKEN = 4299
 TAIL = (SILENCE_TOKEN,) * 3
 MAX_UTTERANCE_TOKENS = 1001
 """The reference's cap: one token from the prompt, then up to 1,000 more."""
-INT64 = (-(1 << 63), (1 << 63) - 1)
 
 REQUEST_FIELDS = (
     RequestField("temperature", "number", 0.0, 2.0, doc="0 is greedy decoding"),

@@ -18,10 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models.base import RequestField
+from models.base import INT64, RequestField
 from models.qwen3_tts.sampling import SamplingParams
-
-INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def request_fields(max_frames: int) -> tuple[RequestField, ...]:
