@@ -51,7 +51,6 @@ class Qwen3Context:
         self.eos_sent = False
         self.phase = Phase.PROMPT
         self.position = 0
-        self.last_hidden: torch.Tensor | None = None
         self.pending_code0: int | None = None
         self.pending_frame: torch.Tensor | None = None
         """Embedding sum of the last emitted frame, waiting for its text-track item."""

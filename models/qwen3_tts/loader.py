@@ -11,6 +11,7 @@ from typing import Any, Literal
 import torch
 
 from models.base import Capabilities, LoadedModel, parse_options
+from models.paged_kv import PagedKVCache
 from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json
 from models.qwen3_tts.config import (
     CheckpointError,
@@ -26,7 +27,6 @@ from models.qwen3_tts.text_tokenizer import load_text_tokenizer
 from models.qwen3_tts.vocoder import Qwen3Vocoder
 from models.qwen3_tts.voice_clone import VoiceCloner
 from models.qwen3_tts.voices import VoiceResolver
-from models.slot_kv import SlotKVCache
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,19 @@ class Qwen3Options:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     max_contexts: int = 8
-    """KV slots, i.e. contexts generating at once: the most there will be. On a GPU
-    fewer are made when ``kv_memory_fraction`` of the free memory cannot hold them."""
+    """Contexts generating at once: the most there will be."""
     kv_memory_fraction: float = 0.5
-    """Share of the GPU memory free once the weights are loaded that the KV slots may
-    take; the rest is left for activations (the vocoder's grow with its batch)."""
+    """Share of the GPU memory free once the weights are loaded that KV blocks may take;
+    the rest is left for activations and graphs (the vocoder's grow with its batch)."""
     kv_capacity: int = 2048
-    """Talker positions per slot (prompt + frames)."""
+    """Talker positions one context may reach (prompt + frames)."""
+    kv_block_size: int = 32
+    """Positions per KV block: contexts take blocks as they grow (16, 32, 64 or 128)."""
+    cuda_graphs: bool = True
+    """On CUDA, capture the frame step per batch size at start-up and replay it (False:
+    launch every kernel of every step, as on the CPU)."""
+    bench_ignore_eos: bool = False
+    """Benchmarks only: never end speech, so every context runs to its frame cap."""
     max_frames: int = 2048
     """Frames one context may generate (2048 = 164 s)."""
     streaming_text: bool = True
@@ -95,11 +101,12 @@ def sampling_defaults(generation: Mapping[str, Any], options: Qwen3Options) -> S
     )
 
 
-def kv_slots(
+def kv_blocks(
     options: Qwen3Options, stack: TransformerConfig, dtype: torch.dtype, device: torch.device
 ) -> int:
-    """``max_contexts``, or as many slots as ``kv_memory_fraction`` of the free GPU
-    memory holds (measured now, after the weights), whichever is fewer."""
+    """KV blocks for ``max_contexts`` contexts: enough for each at full ``kv_capacity``,
+    or on a GPU as many as ``kv_memory_fraction`` of the free memory holds (measured
+    now, after the weights), whichever is fewer. Contexts take blocks as they grow."""
     if options.max_contexts < 1:
         raise ValueError(f"model.max_contexts must be at least 1, got {options.max_contexts}")
     if options.word_lag_frames < 0 or not options.word_frames_per_token > 0:
@@ -107,8 +114,13 @@ def kv_slots(
             "model.word_lag_frames must be 0 or more and model.word_frames_per_token above 0, "
             f"got {options.word_lag_frames} and {options.word_frames_per_token}"
         )
+    if options.kv_block_size not in (16, 32, 64, 128):
+        raise ValueError(
+            f"model.kv_block_size must be 16, 32, 64 or 128, got {options.kv_block_size}"
+        )
+    full = options.max_contexts * -(-options.kv_capacity // options.kv_block_size)
     if device.type != "cuda":
-        return options.max_contexts
+        return full
     if not 0 < options.kv_memory_fraction <= 0.95:
         raise ValueError(
             "model.kv_memory_fraction must be above 0 and at most 0.95, "
@@ -116,27 +128,27 @@ def kv_slots(
         )
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info(device)
-    per_slot = SlotKVCache.bytes_per_slot(
-        stack.num_layers, options.kv_capacity, stack.num_kv_heads, stack.head_dim, dtype
+    per_block = PagedKVCache.bytes_per_block(
+        stack.num_layers, options.kv_block_size, stack.num_kv_heads, stack.head_dim, dtype
     )
-    fits = int(free * options.kv_memory_fraction) // per_slot
-    if fits < 1:
+    fits = int(free * options.kv_memory_fraction) // per_block
+    if fits < -(-options.kv_capacity // options.kv_block_size):
         raise ValueError(
-            f"one KV slot needs {per_slot / 2**20:.1f} MiB and "
-            f"{options.kv_memory_fraction:g} of the {free / 2**30:.1f} GiB free holds none: "
-            "lower model.kv_capacity or raise model.kv_memory_fraction"
+            f"a KV block of {options.kv_block_size} positions needs {per_block / 2**20:.1f} MiB "
+            f"and {options.kv_memory_fraction:g} of the {free / 2**30:.1f} GiB free does not "
+            "hold one full context: lower model.kv_capacity or raise model.kv_memory_fraction"
         )
-    if fits < options.max_contexts:
-        log.warning(
-            "%d KV slots fit in %.0f%% of the %.1f GiB free (%.1f MiB each); "
-            "model.max_contexts asked for %d",
+    if fits < full:
+        log.info(
+            "%d KV blocks (%d positions) in %.0f%% of the %.1f GiB free, shared by %d contexts "
+            "as they grow",
             fits,
+            fits * options.kv_block_size,
             100 * options.kv_memory_fraction,
             free / 2**30,
-            per_slot / 2**20,
             options.max_contexts,
         )
-    return min(options.max_contexts, fits)
+    return min(full, fits)
 
 
 def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
@@ -194,8 +206,12 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         request_fields=request_fields(options.max_frames),
     )
     settings = ARSettings(
-        max_contexts=kv_slots(options, cfg.talker.stack, dtype, device),
+        max_contexts=options.max_contexts,
         kv_capacity=options.kv_capacity,
+        kv_blocks=kv_blocks(options, cfg.talker.stack, dtype, device),
+        kv_block_size=options.kv_block_size,
+        cuda_graphs=options.cuda_graphs,
+        ignore_eos=options.bench_ignore_eos,
         max_frames=options.max_frames,
         streaming_text=options.streaming_text,
         sampling=sampling_defaults(generation, options),

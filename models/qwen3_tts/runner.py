@@ -34,6 +34,9 @@ from models.base import (
     WordFrames,
     word_spans,
 )
+from models.cuda_graphs import BucketGraphs, default_buckets
+from models.kernels.paged_decode import kernel_available
+from models.paged_kv import PagedKVCache
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.context import Phase, Qwen3Context
 from models.qwen3_tts.params import WHOLE_TEXT_STREAMING, RequestSettings, settings_from
@@ -50,7 +53,6 @@ from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoicePrompt
 from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
 from models.random_draws import key_of, uniform, vocab_hash
-from models.slot_kv import SlotKVCache
 from models.upload import upload
 
 MIN_NEW_TOKENS = 2
@@ -76,6 +78,14 @@ class ARSettings:
     """Frames from a word's first token entering the talker to its audio, at least."""
     word_frames_per_token: float = 3.75
     """Assumed speaking rate for a word's length (frames per token)."""
+    kv_blocks: int = 0
+    """KV blocks shared by the slots (0: enough for every slot at full capacity)."""
+    kv_block_size: int = 32
+    """Positions per KV block."""
+    cuda_graphs: bool = True
+    """On CUDA, replay the frame step from graphs captured per batch size at start-up."""
+    ignore_eos: bool = False
+    """Bench only: never sample end-of-speech, so every context runs to its frame cap."""
 
 
 @dataclass
@@ -131,10 +141,14 @@ class Qwen3Runner(ModelRunner):
         self.device, self.dtype = param.device, param.dtype
         stack = cfg.talker.stack
         slots = settings.max_contexts
-        self.cache = SlotKVCache(
+        block = settings.kv_block_size
+        blocks = settings.kv_blocks or slots * -(-settings.kv_capacity // block)
+        self.cache = PagedKVCache(
             stack.num_layers,
             slots,
             settings.kv_capacity,
+            blocks,
+            block,
             stack.num_kv_heads,
             stack.head_dim,
             self.dtype,
@@ -150,21 +164,34 @@ class Qwen3Runner(ModelRunner):
         self.prompts = PromptBuilder(talker, cfg, role)
         vocab, dev = cfg.talker.vocab_size, self.device
         self.suppress = talker_mask(vocab, cfg.talker.codec_eos_id, dev)
+        if settings.ignore_eos:
+            self.suppress[cfg.talker.codec_eos_id] = True
         self._vocab_hash = vocab_hash(vocab, dev)
         self._sub_hash = vocab_hash(cfg.talker.predictor_vocab_size, dev)
-        # Per-slot sampling state, read with one gather per step.
-        self._seen = torch.zeros(slots, vocab, dtype=torch.bool, device=dev)
-        self._temperature = torch.zeros(slots, device=dev)
-        self._top_k = torch.zeros(slots, dtype=torch.long, device=dev)
-        self._top_p = torch.ones(slots, device=dev)
-        self._penalty = torch.ones(slots, device=dev)
-        self._sub_temperature = torch.zeros(slots, device=dev)
-        self._sub_top_k = torch.zeros(slots, dtype=torch.long, device=dev)
-        self._sub_top_p = torch.ones(slots, device=dev)
-        self._key = torch.zeros(slots, dtype=torch.long, device=dev)
-        self._draws = torch.zeros(slots, dtype=torch.long, device=dev)
-        self._sub_draws = torch.zeros(slots, dtype=torch.long, device=dev)
+        # Per-slot state, read with one gather per step; row `slots` is scratch (the
+        # padding rows of a graph replay read and write it).
+        rows = slots + 1
+        self._seen = torch.zeros(rows, vocab, dtype=torch.bool, device=dev)
+        self._temperature = torch.zeros(rows, device=dev)
+        self._top_k = torch.zeros(rows, dtype=torch.long, device=dev)
+        self._top_p = torch.ones(rows, device=dev)
+        self._penalty = torch.ones(rows, device=dev)
+        self._sub_temperature = torch.zeros(rows, device=dev)
+        self._sub_top_k = torch.zeros(rows, dtype=torch.long, device=dev)
+        self._sub_top_p = torch.ones(rows, device=dev)
+        self._key = torch.zeros(rows, dtype=torch.long, device=dev)
+        self._draws = torch.zeros(rows, dtype=torch.long, device=dev)
+        self._sub_draws = torch.zeros(rows, dtype=torch.long, device=dev)
+        self._hidden = torch.zeros(rows, stack.hidden_size, dtype=self.dtype, device=dev)
+        """Each slot's last talker hidden state (what its next code 0 came from)."""
+        self._code0 = torch.zeros(rows, dtype=torch.long, device=dev)
+        """Each slot's last code 0, as sampled."""
         self._true = torch.ones((), dtype=torch.bool, device=dev)
+        self.graphs: BucketGraphs | None = None
+        if settings.cuda_graphs and kernel_available(dev):
+            self.graphs = BucketGraphs(self._frame, self._frame_padding, default_buckets(slots))
+            with torch.no_grad(), without_cudnn_attention():
+                self.graphs.capture()
 
     @property
     def max_slots(self) -> int:
@@ -415,16 +442,27 @@ class Qwen3Runner(ModelRunner):
         if ctx is not None:
             ctx.finish(ctx.hit_limit)
         self.slots[slot] = None
+        self.cache.release(slot)
+
+    def _reserve(self, wanted: list[tuple[Qwen3Context, int]]) -> None:
+        """KV blocks for each context up to its new end; a context that cannot get them
+        (the pool is spent, or past the capacity) ends as if it hit its frame cap."""
+        failed = set(self.cache.reserve([(ctx.slot, end) for ctx, end in wanted]))
+        for ctx, _ in wanted:
+            if ctx.slot in failed:
+                ctx.finish(hit_limit=True)
 
     def _step(self, slots: np.ndarray) -> StepResult:
         contexts = [self.slots[s] for s in slots.tolist()]
         live = [c for c in contexts if c is not None and c.has_work]
         hidden_rows: list[torch.Tensor] = []
         sampled: list[Qwen3Context] = []
+        steady = self._steady(live)
         prompted = self._prompts([c for c in live if c.phase is Phase.PROMPT])
         if prompted is not None:
             sampled, hidden = prompted
             hidden_rows.append(hidden)
+        replayed, graphed = self._replay(steady)
         predicting = [c for c in live if c.pending_code0 is not None]
         codes = self._predict(predicting)
         advancing = [c for c in live if c.pending_frame is not None and c.track_ready]
@@ -434,13 +472,150 @@ class Qwen3Runner(ModelRunner):
             sampled.extend(c for c in advancing if c.phase is not Phase.DONE)
         code0 = self._sample_code0(sampled, torch.cat(hidden_rows)) if sampled else None
         # The step's only device-to-host copy: its frames and its new codes 0.
-        parts = [t.reshape(-1) for t in (codes, code0) if t is not None]
+        parts = [t.reshape(-1) for t in (codes, code0, graphed) if t is not None]
         host = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, np.int64)
         groups = self.frame_dim
         frames = host[: len(predicting) * groups].reshape(len(predicting), groups)
         made = {id(c): frames[i : i + 1] for i, c in enumerate(predicting)}
-        self._take_code0(sampled, host[len(predicting) * groups :])
+        at = len(predicting) * groups
+        self._take_code0(sampled, host[at : at + len(sampled)])
+        if replayed:
+            rows = host[at + len(sampled) :].reshape(len(replayed), groups + 1)
+            made.update({id(c): rows[i : i + 1, :groups] for i, c in enumerate(replayed)})
+            self._take_code0(replayed, rows[:, groups])
         return self._result(contexts, made)
+
+    # -- the graphed frame -------------------------------------------------------
+
+    def _steady(self, live: list[Qwen3Context]) -> list[Qwen3Context]:
+        """Contexts whose whole frame (residual codes, one talker position, the next
+        code 0) can run in the captured graph: decoding, text item known, not ending
+        on this frame."""
+        if self.graphs is None:
+            return []
+        return [
+            c
+            for c in live
+            if c.phase is Phase.DECODE
+            and c.pending_code0 is not None
+            and c.pending_frame is None
+            and c.track_ready
+            and c.frames + 1 < c.max_frames
+        ]
+
+    def _replay(self, steady: list[Qwen3Context]) -> tuple[list[Qwen3Context], torch.Tensor | None]:
+        """Run the steady contexts' frames as graph replays (the largest bucket at a
+        time); the host side of each frame is done here, the device's comes back
+        with the step's copy."""
+        assert self.graphs is not None or not steady
+        self._reserve([(c, c.position + 1) for c in steady])
+        steady = [c for c in steady if c.phase is not Phase.DONE]
+        if not steady:
+            return [], None
+        assert self.graphs is not None
+        rows = np.empty((len(steady), 4), np.int64)
+        for i, ctx in enumerate(steady):
+            ctx.frames += 1
+            ctx.pending_code0 = None
+            item = ctx.next_track()
+            track = _EOS_ROW if item == "eos" else _PAD_ROW if item == "pad" else item
+            rows[i] = (ctx.slot, ctx.position, track, ctx.generated < MIN_NEW_TOKENS)
+            ctx.position += 1
+        outs = []
+        for first in range(0, len(steady), self.graphs.largest):
+            part = rows[first : first + self.graphs.largest]
+            size = self.graphs.bucket_for(len(part))
+            assert size is not None
+            padded = np.empty((size, 4), np.int64)
+            padded[:] = (self.cache.scratch_slot, 0, _PAD_ROW, 0)
+            padded[: len(part)] = part
+            outs.append(self.graphs.replay(upload(padded, self.device))[: len(part)])
+        return steady, torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    def _frame_padding(self, size: int) -> torch.Tensor:
+        rows = np.empty((size, 4), np.int64)
+        rows[:] = (self.cache.scratch_slot, 0, _PAD_ROW, 0)
+        return upload(rows, self.device)
+
+    def _frame(self, inputs: torch.Tensor) -> torch.Tensor:
+        """One whole frame for each row of ``inputs`` [B, 4] (slot, talker position,
+        text-track item, EOS still barred): residual codes from the slot's last hidden
+        state and code 0, the frame's talker position, the next code 0. Returns
+        [B, groups + 1] (the frame's codes, then the next code 0). Reads no host value:
+        this is what the graphs capture."""
+        slots, positions, track, early = inputs.unbind(1)
+        sub = self._row_settings(slots, True, None)
+        codes = self._residual_codes(slots, self._hidden[slots], self._code0[slots], sub, True)
+        embeds = self.talker.frame_embed(codes) + self._track_of(track)
+        hidden = self.talker.step(embeds, self.cache, slots, positions)
+        code0 = self._choose_code0(
+            slots, hidden, early.bool(), self._row_settings(slots, False, None)
+        )
+        return torch.cat((codes, code0[:, None]), dim=1)
+
+    def _row_settings(
+        self, slots: torch.Tensor, sub: bool, host: list[SamplingParams] | None
+    ) -> RowSettings:
+        """The rows' sampling settings (code predictor's if ``sub``); ``host``: each
+        row's settings as the host knows them, or None for a graph (every option on)."""
+        if sub:
+            tables = (self._sub_temperature, self._sub_top_k, self._sub_top_p)
+            vocab = self.cfg.talker.predictor_vocab_size
+        else:
+            tables = (self._temperature, self._top_k, self._top_p)
+            vocab = self.cfg.talker.vocab_size
+        temperature, top_k, top_p = (t[slots] for t in tables)
+        if host is None:
+            return RowSettings.general(temperature, top_k, top_p, vocab)
+        values = [
+            (p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
+            if sub
+            else (p.temperature, p.top_k, p.top_p)
+            for p in host
+        ]
+        return RowSettings.of(temperature, top_k, top_p, values, vocab)
+
+    def _residual_codes(
+        self,
+        slots: torch.Tensor,
+        hidden: torch.Tensor,
+        code0: torch.Tensor,
+        rows: RowSettings,
+        always_draw: bool,
+    ) -> torch.Tensor:
+        """Each row's whole frame [B, groups]: code 0 and the predictor's residual codes."""
+        groups = self.cfg.talker.num_code_groups - 1
+        noise = None
+        if always_draw or not rows.all_greedy:  # every group's noise in one go
+            keys = self._key[slots] ^ _SUBTALKER_KEY
+            noise = uniform(keys, self._sub_draws[slots], self._sub_hash, groups)
+            self._sub_draws[slots] += groups
+
+        def choose(k: int, logits: torch.Tensor) -> torch.Tensor:
+            return sample(logits, rows, noise[:, k] if noise is not None else logits)
+
+        rest = self.talker.code_predictor.predict(hidden, self.talker.codec_embed(code0), choose)
+        return torch.cat((code0[:, None], rest), dim=1)
+
+    def _choose_code0(
+        self, slots: torch.Tensor, hidden: torch.Tensor, early: torch.Tensor, rows: RowSettings
+    ) -> torch.Tensor:
+        """Code 0 of each row from its talker hidden state [B, H], remembered with the
+        hidden state in the slot tables (the next frame starts from both)."""
+        logits = self.talker.logits(hidden)
+        scores = penalize(logits, self._seen[slots], self._penalty[slots])
+        scores = scores.masked_fill(self.suppress, float("-inf"))
+        eos = self.cfg.talker.codec_eos_id
+        scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
+        noise = scores
+        if not rows.all_greedy:
+            noise = uniform(self._key[slots], self._draws[slots], self._vocab_hash)[:, 0]
+        ids = sample(scores, rows, noise)
+        self._draws[slots] += 1
+        self._seen.index_put_((slots, ids), self._true)  # a Python True would sync
+        self._hidden.index_copy_(0, slots, hidden)
+        self._code0.index_copy_(0, slots, ids)
+        return ids
 
     def _prompts(
         self, contexts: list[Qwen3Context]
@@ -457,6 +632,8 @@ class Qwen3Runner(ModelRunner):
                 ctx.finish(hit_limit=True)
                 continue
             batch.append((ctx, rows, complete))
+        self._reserve([(ctx, ctx.position + rows.shape[0]) for ctx, rows, _ in batch])
+        batch = [item for item in batch if item[0].phase is not Phase.DONE]
         if not batch:
             return None
         counts = [rows.shape[0] for _, rows, _ in batch]
@@ -519,46 +696,24 @@ class Qwen3Runner(ModelRunner):
     def _track_rows(self, contexts: list[Qwen3Context]) -> torch.Tensor:
         """Each context's next text-track row, [B, H], in one batch whatever each holds."""
         items = [c.next_track() for c in contexts]
-        pad = self.prompts.tts_pad
         if all(item == "pad" for item in items):
-            return pad.expand(len(items), -1)
-        ids = upload(
-            [_EOS_ROW if i == "eos" else _PAD_ROW if i == "pad" else i for i in items], self.device
-        )
+            return self.prompts.tts_pad.expand(len(items), -1)
+        ids = [_EOS_ROW if i == "eos" else _PAD_ROW if i == "pad" else i for i in items]
+        return self._track_of(upload(ids, self.device))
+
+    def _track_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """Text-track rows [B, H] of items [B]: token ids, ``_PAD_ROW`` or ``_EOS_ROW``."""
         text = self.prompts.text_rows(ids.clamp(min=0))
-        rows = torch.where((ids == _PAD_ROW)[:, None], pad, text)
+        rows = torch.where((ids == _PAD_ROW)[:, None], self.prompts.tts_pad, text)
         return torch.where((ids == _EOS_ROW)[:, None], self.prompts.tts_eos, rows)
 
     def _predict(self, contexts: list[Qwen3Context]) -> torch.Tensor | None:
-        """The residual codes of every context holding a code 0: frames [B, groups]."""
+        """The whole frame of every context holding a code 0: [B, groups]."""
         if not contexts:
             return None
-        code0 = upload([c.pending_code0 for c in contexts], self.device)
-        hidden = torch.stack([c.last_hidden for c in contexts])  # type: ignore[misc]
         slots = upload([c.slot for c in contexts], self.device)
-        vocab = self.cfg.talker.predictor_vocab_size
-        groups = self.cfg.talker.num_code_groups - 1
-        rows = RowSettings.of(
-            self._sub_temperature[slots],
-            self._sub_top_k[slots],
-            self._sub_top_p[slots],
-            [
-                (p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
-                for p in (c.sampling for c in contexts)
-            ],
-            vocab,
-        )
-        noise = None
-        if not rows.all_greedy:  # every group's noise at once: one batch of kernels a frame
-            keys = self._key[slots] ^ _SUBTALKER_KEY
-            noise = uniform(keys, self._sub_draws[slots], self._sub_hash, groups)
-            self._sub_draws[slots] += groups
-
-        def choose(k: int, logits: torch.Tensor) -> torch.Tensor:
-            return sample(logits, rows, noise[:, k] if noise is not None else logits)
-
-        rest = self.talker.code_predictor.predict(hidden, self.talker.codec_embed(code0), choose)
-        codes = torch.cat((code0[:, None], rest), dim=1)
+        rows = self._row_settings(slots, True, [c.sampling for c in contexts])
+        codes = self._residual_codes(slots, self._hidden[slots], self._code0[slots], rows, False)
         embeds = self.talker.frame_embed(codes)
         for row, ctx in enumerate(contexts):
             ctx.frames += 1
@@ -571,17 +726,17 @@ class Qwen3Runner(ModelRunner):
 
     def _advance(self, contexts: list[Qwen3Context]) -> torch.Tensor | None:
         """One talker position for each context: final hidden states [B', H]."""
-        for ctx in contexts:
-            if ctx.position + 1 > self.cache.capacity:
-                ctx.finish(hit_limit=True)
+        self._reserve([(c, c.position + 1) for c in contexts])
         live = [c for c in contexts if c.phase is not Phase.DONE]
         if not live:
             return None
         frames = torch.stack([c.pending_frame for c in live])  # type: ignore[misc]
-        embeds = (frames + self._track_rows(live))[:, None]
-        slots = [c.slot for c in live]
-        starts = [c.position for c in live]
-        hidden = self.talker(embeds, self.cache, slots, starts)[:, 0]
+        embeds = frames + self._track_rows(live)
+        slots = upload([c.slot for c in live], self.device)
+        positions = [c.position for c in live]
+        hidden = self.talker.step(
+            embeds, self.cache, slots, upload(positions, self.device), max(positions) + 1
+        )
         for ctx in live:
             ctx.position += 1
             ctx.pending_frame = None
@@ -589,29 +744,10 @@ class Qwen3Runner(ModelRunner):
 
     def _sample_code0(self, contexts: list[Qwen3Context], hidden: torch.Tensor) -> torch.Tensor:
         """Code 0 for each context from its last talker hidden state [B, H], on the device."""
-        for row, ctx in enumerate(contexts):
-            ctx.last_hidden = hidden[row]
         slots = upload([c.slot for c in contexts], self.device)
-        logits = self.talker.logits(hidden)
-        scores = penalize(logits, self._seen[slots], self._penalty[slots])
-        scores = scores.masked_fill(self.suppress, float("-inf"))
         early = upload([c.generated < MIN_NEW_TOKENS for c in contexts], self.device, torch.bool)
-        eos = self.cfg.talker.codec_eos_id
-        scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
-        rows = RowSettings.of(
-            self._temperature[slots],
-            self._top_k[slots],
-            self._top_p[slots],
-            [(c.sampling.temperature, c.sampling.top_k, c.sampling.top_p) for c in contexts],
-            self.cfg.talker.vocab_size,
-        )
-        noise = scores
-        if not rows.all_greedy:
-            noise = uniform(self._key[slots], self._draws[slots], self._vocab_hash)[:, 0]
-        ids = sample(scores, rows, noise)
-        self._draws[slots] += 1
-        self._seen.index_put_((slots, ids), self._true)  # a Python True would sync
-        return ids
+        rows = self._row_settings(slots, False, [c.sampling for c in contexts])
+        return self._choose_code0(slots, hidden, early, rows)
 
     def _take_code0(self, contexts: list[Qwen3Context], ids: np.ndarray) -> None:
         eos = self.cfg.talker.codec_eos_id

@@ -70,6 +70,15 @@ class RowSettings:
             any(p < 1 for _, _, p in host),
         )
 
+    @classmethod
+    def general(
+        cls, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, vocab: int
+    ) -> RowSettings:
+        """Settings the host does not look at (a captured graph): every option applied,
+        which draws the same ids as :meth:`of` would choose for the same rows (top-k of
+        the whole vocabulary and top-p 1 keep every id a draw could pick)."""
+        return cls(temperature, top_k, top_p, True, False, vocab, True, True)
+
 
 def sample(scores: torch.Tensor, rows: RowSettings, noise: torch.Tensor) -> torch.Tensor:
     """Ids [B] from processed float scores [B, V] with per-row settings; ``noise`` [B, V]

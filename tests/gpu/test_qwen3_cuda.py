@@ -14,8 +14,9 @@ import torch
 
 from bench.step_profile import count_waits
 from models.base import Admit, DecodeItem, Feed, SynthParams
+from models.kernels.paged_decode import gathered_decode_attention, paged_decode_attention
+from models.paged_kv import PagedKVCache
 from models.qwen3_tts.loader import load
-from models.slot_kv import SlotKVCache
 from tests.models.drive import plan
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.models.qwen3_tts.driver import Job, decode_chunked, run_jobs
@@ -80,25 +81,84 @@ def test_cuda_bf16_generates_batched(checkpoint: Path) -> None:
         assert len(wav) == len(result.codes) * 1920 and np.isfinite(wav).all()
 
 
-def test_kv_slots_are_sized_from_free_memory(checkpoint: Path) -> None:
-    """``max_contexts`` is an upper bound: on a GPU only the slots that
-    ``kv_memory_fraction`` of the free memory holds are made, and a capacity that
-    leaves room for none is refused with what to change."""
+def test_kv_blocks_are_sized_from_free_memory(checkpoint: Path) -> None:
+    """On a GPU the KV blocks are what ``kv_memory_fraction`` of the free memory holds
+    (not a full-length slot per context), and a fraction that cannot hold one full
+    context is refused with what to change."""
     gc.collect()  # earlier tests' models: their memory is free before this one loads
     torch.cuda.empty_cache()
     free_before, _ = torch.cuda.mem_get_info()
-    options = {"device": "cuda", "dtype": "bfloat16", "kv_capacity": 2048}
+    options = {"device": "cuda", "dtype": "bfloat16", "kv_capacity": 2048, "cuda_graphs": False}
     model = load({**options, "max_contexts": 100_000, "kv_memory_fraction": 0.05}, checkpoint)
     stack = model.runner.cfg.talker.stack  # type: ignore[attr-defined]
-    per_slot = SlotKVCache.bytes_per_slot(
-        stack.num_layers, 2048, stack.num_kv_heads, stack.head_dim, torch.bfloat16
+    per_block = PagedKVCache.bytes_per_block(
+        stack.num_layers, 32, stack.num_kv_heads, stack.head_dim, torch.bfloat16
     )
-    slots = model.runner.max_slots
-    assert 1 <= slots < 100_000 and slots * per_slot <= 0.05 * free_before
-    assert len(model.runner.cache.k[0]) == slots  # type: ignore[attr-defined]
-    del model
+    cache = model.runner.cache  # type: ignore[attr-defined]
+    blocks = cache.free_blocks
+    assert model.runner.max_slots == 100_000
+    assert 64 <= blocks < 100_000 * 64 and blocks * per_block <= 0.05 * free_before
+    assert len(cache.k[0]) == blocks + 1
+    del model, cache
     with pytest.raises(ValueError, match="kv_capacity"):
         load({**options, "kv_capacity": 10_000_000, "kv_memory_fraction": 0.01}, checkpoint)
+
+
+def test_paged_decode_kernel_equals_gathered_attention() -> None:
+    """The Triton kernel reads each row's blocks in place; gathering the blocks and
+    running masked attention is the oracle (fp32 and bf16, lengths from 1 to many
+    blocks, grouped query heads, blocks in any order)."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        blocks, block, kv_heads, dim, heads = 200, 32, 8, 128, 16
+        k = torch.randn(blocks, block, kv_heads, dim, device="cuda", generator=gen).to(dtype)
+        v = torch.randn(blocks, block, kv_heads, dim, device="cuda", generator=gen).to(dtype)
+        lengths = torch.tensor([1, 31, 32, 33, 300, 640, 17], device="cuda")
+        b = len(lengths)
+        order = torch.randperm(blocks - 1, device="cuda", generator=gen)[: b * 20] + 1
+        tables = order.view(b, 20).to(torch.int32)
+        q = torch.randn(b, heads, 1, dim, device="cuda", generator=gen).to(dtype)
+        ours = paged_decode_attention(q, k, v, tables, lengths)
+        oracle = gathered_decode_attention(
+            q.float(), k.float(), v.float(), tables, lengths, int(lengths.max())
+        )
+        error = (ours.float() - oracle).norm() / oracle.norm()
+        assert ours.shape == q.shape and error < tol, (dtype, float(error))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_graph_replay_equals_eager(checkpoint: Path, no_tf32: None, temperature: float) -> None:
+    """The captured frame step gives the eager step's codes exactly (fp32, TF32 off):
+    greedy, and sampled with a seed (the per-row draws do not depend on the batch),
+    for contexts of different lengths batched and joining at different steps."""
+    extra = {"temperature": temperature, "max_new_tokens": 40, "seed": 11}
+    options = {"device": "cuda", "dtype": "float32", "max_contexts": 6}
+    eager = load({**options, "cuda_graphs": False}, checkpoint)
+    graphed = load(options, checkpoint)
+    assert graphed.runner.graphs is not None and eager.runner.graphs is None  # type: ignore[attr-defined]
+    voice = eager.capabilities.default_voice
+    todo = [
+        Job(SynthParams(voice=voice, language="english", extra=extra), t, i, pieces=1 + i % 3)
+        for i, t in enumerate(TEXTS + ["Short.", "A third one, of middling length."])
+    ]
+    ours_eager, ours_graph = run_jobs(eager, todo), run_jobs(graphed, todo)
+    for a, b in zip(ours_eager, ours_graph, strict=True):
+        assert len(a.codes) > 2
+        np.testing.assert_array_equal(a.codes, b.codes)
+    wav_a = decode_chunked(eager, [r.codes for r in ours_eager], [[1, 3, 8]] * len(todo))
+    wav_b = decode_chunked(graphed, [r.codes for r in ours_graph], [[1, 3, 8]] * len(todo))
+    for wa, wb in zip(wav_a, wav_b, strict=True):
+        assert wa.shape == wb.shape and np.abs(wa - wb).max() < 1e-3
+
+
+def test_bench_ignore_eos_runs_to_the_frame_cap(checkpoint: Path) -> None:
+    """The bench-only option: no context ends before its cap."""
+    gpu = load({"device": "cuda", "dtype": "bfloat16", "bench_ignore_eos": True}, checkpoint)
+    extra = {"temperature": 0.9, "max_new_tokens": 30}
+    voice = gpu.capabilities.default_voice
+    todo = [Job(SynthParams(voice=voice, language="english", extra=extra), t) for t in TEXTS]
+    for result in run_jobs(gpu, todo):
+        assert len(result.codes) == 30 and result.hit_limit
 
 
 def test_a_decode_step_and_a_vocoder_call_each_wait_for_the_device_once(
