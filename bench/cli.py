@@ -32,6 +32,20 @@ def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument("--api-key", default=None)
 
 
+def add_spawn_model_argument(parser: argparse.ArgumentParser) -> None:
+    """``--spawn-model DIR``: spawn the server on a checkpoint directory (with or without
+    ``--spawn CONFIG``)."""
+    parser.add_argument(
+        "--spawn-model",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="start `voiceserver serve --model DIR` (a checkpoint directory) on a free port, "
+        "stop it at the end; with --spawn CONFIG that config is used, else the server picks "
+        "the config that fits the checkpoint; --server-option KEY=VALUE passes model options",
+    )
+
+
 def add_speech_arguments(
     parser: argparse.ArgumentParser,
     *,

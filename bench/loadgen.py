@@ -10,9 +10,13 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import multiprocessing
+import multiprocessing.connection
+import os
 import sys
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,12 +24,19 @@ from typing import Any
 from tqdm import tqdm
 from voiceclient import VoiceClient, VoiceServerError
 
-from bench.cli import add_report_arguments, add_speech_arguments, add_target_arguments
+from bench.cli import (
+    DEFAULT_URL,
+    add_report_arguments,
+    add_spawn_model_argument,
+    add_speech_arguments,
+    add_target_arguments,
+)
 from bench.measure import RequestResult
-from bench.report import format_table, machine_info, write_json, write_plot
+from bench.procstat import raise_open_files_limit
+from bench.report import format_table, gpu_memory_mib, machine_info, write_json, write_plot
 from bench.request import RequestSpec, failed_request, run_request, spec_for_server
 from bench.spawn import spawn_server
-from bench.stats import LevelResult
+from bench.stats import LevelResult, WorkerShare
 from bench.texts import FIRST_CLAUSE_WORDS, SENTENCES, text_for
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -41,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add_target_arguments(parser, "load")
+    add_spawn_model_argument(parser)
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -54,6 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="requests per level (default: 2 x concurrency, at least 4)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="client processes: each level's sessions are spread over N worker processes "
+        "that take requests from one shared queue and start together (default 1: all in "
+        "this process)",
+    )
     add_speech_arguments(
         parser, warmup_help="unmeasured requests before the first level", timeout_s=120.0
     )
@@ -66,6 +87,68 @@ def requests_for(concurrency: int, requested: int | None) -> int:
     return requested if requested is not None else max(4, 2 * concurrency)
 
 
+def split_evenly(total: int, parts: int) -> list[int]:
+    """``total`` as ``parts`` counts that differ by at most one, the larger first."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if k < extra else 0) for k in range(parts)]
+
+
+@dataclasses.dataclass(slots=True)
+class SessionsRun:
+    """What one process's sessions of a level did."""
+
+    results: list[RequestResult]
+    started_at: float
+    ended_at: float
+
+
+async def run_sessions(
+    url: str,
+    api_key: str | None,
+    spec: RequestSpec,
+    *,
+    concurrency: int,
+    sessions: int,
+    next_index: Callable[[], int],
+    requests: int,
+    on_result: Callable[[RequestResult], None],
+    ready: Callable[[], Awaitable[None]] | None = None,
+) -> SessionsRun:
+    """``sessions`` sessions (of the level's ``concurrency``) take request indices from
+    ``next_index`` until it reaches ``requests``. ``ready`` is awaited once every session
+    is connected, just before the clock starts."""
+    clients = await asyncio.gather(*(VoiceClient.connect(url, api_key) for _ in range(sessions)))
+    results: list[RequestResult] = []
+
+    async def worker(vc: VoiceClient) -> None:
+        while (index := next_index()) < requests:
+            if vc.closed:
+                try:
+                    vc = await VoiceClient.connect(url, api_key)
+                    clients.append(vc)
+                except VoiceServerError as err:
+                    result = failed_request(index, concurrency, f"{err.code}: {err.message}")
+                    results.append(result)
+                    on_result(result)
+                    continue
+            result = await run_request(vc, text_for(index), spec, index, concurrency)
+            results.append(result)
+            on_result(result)
+
+    try:
+        if ready is not None:
+            await ready()
+        started = time.monotonic()
+        try:
+            await asyncio.gather(*(worker(vc) for vc in clients))
+        finally:
+            ended = time.monotonic()
+    finally:
+        for vc in clients:
+            await vc.close()
+    return SessionsRun(results, started, ended)
+
+
 async def run_level(
     url: str,
     api_key: str | None,
@@ -75,59 +158,290 @@ async def run_level(
     progress: tqdm,
 ) -> LevelResult:
     """``concurrency`` sessions take requests from one counter until ``requests`` ran."""
-    clients = await asyncio.gather(*(VoiceClient.connect(url, api_key) for _ in range(concurrency)))
     counter = itertools.count()
-    results: list[RequestResult] = []
 
-    async def worker(vc: VoiceClient) -> None:
-        while (index := next(counter)) < requests:
-            if vc.closed:
-                try:
-                    vc = await VoiceClient.connect(url, api_key)
-                    clients.append(vc)
-                except VoiceServerError as err:
-                    results.append(failed_request(index, concurrency, f"{err.code}: {err.message}"))
-                    progress.update(1)
-                    continue
-            result = await run_request(vc, text_for(index), spec, index, concurrency)
-            results.append(result)
-            if result.ttfa_ms is not None:
-                progress.set_postfix_str(f"ttfa {result.ttfa_ms:.0f} ms", refresh=False)
-            progress.update(1)
+    def on_result(result: RequestResult) -> None:
+        if result.ttfa_ms is not None:
+            progress.set_postfix_str(f"ttfa {result.ttfa_ms:.0f} ms", refresh=False)
+        progress.update(1)
 
-    started = time.monotonic()
-    try:
-        await asyncio.gather(*(worker(vc) for vc in clients))
-    finally:
-        ended = time.monotonic()
-        for vc in clients:
-            await vc.close()
-    results.sort(key=lambda r: r.index)
-    return LevelResult(concurrency, tuple(results), started, ended)
+    run = await run_sessions(
+        url,
+        api_key,
+        spec,
+        concurrency=concurrency,
+        sessions=concurrency,
+        next_index=lambda: next(counter),
+        requests=requests,
+        on_result=on_result,
+    )
+    results = sorted(run.results, key=lambda r: r.index)
+    worker = WorkerShare(os.getpid(), concurrency, len(results))
+    return LevelResult(concurrency, tuple(results), run.started_at, run.ended_at, (worker,))
 
 
-async def run_all(
+# --- several client processes ---------------------------------------------------------
+#
+# The parent starts N worker processes ('spawn' start method) once for the whole run. For
+# each level it sends every worker with sessions a ("level", concurrency, sessions,
+# requests) message; each connects its sessions and answers ("ready", pid); when all are
+# ready the parent sets the shared start event, and each worker starts its clock and its
+# sessions, which take request indices from one shared counter (the single queue of the
+# one-process run); each answers ("done", pid, started, ended, [result dicts]). The level
+# runs from the first start to the last end (time.monotonic() is system-wide on Linux and
+# macOS, so the workers' times compare). A worker answers ("error", ...) instead of dying.
+
+WORKER_START_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Shared:
+    """What the parent and its workers share: the request counter (the level's one queue),
+    the count of finished requests (for the progress bar), the start signal and the abort
+    signal (set with the start signal when the parent gives up on a level)."""
+
+    next_index: Any
+    done: Any
+    go: Any
+    abort: Any
+
+    def take(self) -> int:
+        with self.next_index.get_lock():
+            value = int(self.next_index.value)
+            self.next_index.value = value + 1
+        return value
+
+    def finished(self, _: RequestResult) -> None:
+        with self.done.get_lock():
+            self.done.value += 1
+
+
+class _Aborted(Exception):
+    pass
+
+
+def _worker_main(
+    conn: multiprocessing.connection.Connection,
+    url: str,
+    api_key: str | None,
+    spec: RequestSpec,
+    shared: _Shared,
+) -> None:
+    """A client worker process: run the parent's levels until it says stop."""
+    parent = os.getppid()
+
+    def wait_for_go() -> None:
+        while not shared.go.wait(0.5):
+            if os.getppid() != parent:
+                raise _Aborted
+        if shared.abort.is_set():
+            raise _Aborted
+
+    async def ready() -> None:
+        conn.send(("ready", os.getpid()))
+        await asyncio.to_thread(wait_for_go)
+
+    with contextlib.suppress(KeyboardInterrupt, _Aborted, EOFError, BrokenPipeError):
+        conn.send(("hello", os.getpid()))
+        while (message := conn.recv())[0] == "level":
+            _, concurrency, sessions, requests = message
+            try:
+                run = asyncio.run(
+                    run_sessions(
+                        url,
+                        api_key,
+                        spec,
+                        concurrency=concurrency,
+                        sessions=sessions,
+                        next_index=shared.take,
+                        requests=requests,
+                        on_result=shared.finished,
+                        ready=ready,
+                    )
+                )
+            except VoiceServerError as err:
+                conn.send(("error", err.code, err.message, traceback.format_exc()))
+                continue
+            except _Aborted:
+                raise
+            except Exception as exc:  # the parent reports it
+                conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
+                continue
+            rows = [dataclasses.asdict(r) for r in run.results]
+            conn.send(("done", os.getpid(), run.started_at, run.ended_at, rows))
+
+
+@dataclasses.dataclass(slots=True)
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    conn: multiprocessing.connection.Connection
+    pid: int | None = None
+
+
+class WorkerPool:
+    """``processes`` client worker processes that run each level's sessions together."""
+
+    def __init__(self, processes: int, url: str, api_key: str | None, spec: RequestSpec):
+        ctx = multiprocessing.get_context("spawn")
+        self._shared = _Shared(ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event(), ctx.Event())
+        self._workers: list[_Worker] = []
+        try:
+            for k in range(processes):
+                parent_conn, child_conn = ctx.Pipe()
+                process = ctx.Process(
+                    target=_worker_main,
+                    args=(child_conn, url, api_key, spec, self._shared),
+                    name=f"bench.loadgen-worker-{k}",
+                    daemon=True,
+                )
+                process.start()
+                child_conn.close()
+                self._workers.append(_Worker(process, parent_conn))
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        # Workers waiting for a start that will not come give up; idle ones stop.
+        self._shared.abort.set()
+        self._shared.go.set()
+        for worker in self._workers:
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(("stop",))
+        for worker in self._workers:
+            worker.process.join(timeout=10)
+            if worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join(timeout=5)
+            worker.conn.close()
+        self._workers = []
+
+    def _recv(self, worker: _Worker, expect: str, timeout_s: float | None = None) -> tuple:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not worker.conn.poll(0.5):
+            if not worker.process.is_alive():
+                raise RuntimeError(
+                    f"{worker.process.name} exited with {worker.process.exitcode} "
+                    f"while the parent waited for '{expect}'"
+                )
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"{worker.process.name}: no '{expect}' in {timeout_s:g} s")
+        try:
+            message = worker.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"{worker.process.name} closed its pipe") from None
+        if message[0] == "error":
+            _, code, text, trace = message
+            print(f"{worker.process.name} failed:\n{trace}", file=sys.stderr)
+            raise VoiceServerError(code, text)
+        if message[0] != expect:
+            raise RuntimeError(f"{worker.process.name}: '{message[0]}', expected '{expect}'")
+        return message
+
+    def start(self) -> None:
+        """Wait until every worker has started (imported everything and answered)."""
+        for worker in self._workers:
+            if worker.pid is None:
+                _, worker.pid = self._recv(worker, "hello", WORKER_START_TIMEOUT_S)
+
+    def run_level(self, concurrency: int, requests: int, progress: tqdm) -> LevelResult:
+        """The level's sessions split evenly over the workers, one request queue."""
+        self.start()
+        shares = split_evenly(concurrency, len(self._workers))
+        active = [(w, n) for w, n in zip(self._workers, shares, strict=True) if n > 0]
+        shared = self._shared
+        shared.go.clear()
+        with shared.next_index.get_lock():
+            shared.next_index.value = 0
+        with shared.done.get_lock():
+            shared.done.value = 0
+        for worker, sessions in active:
+            worker.conn.send(("level", concurrency, sessions, requests))
+        for worker, _ in active:
+            self._recv(worker, "ready")
+        shared.go.set()
+        runs: dict[int, tuple[float, float, list[RequestResult]]] = {}
+        pending = {worker.conn: worker for worker, _ in active}
+        while pending:
+            readable = multiprocessing.connection.wait(list(pending), timeout=0.2)
+            progress.update(int(shared.done.value) - progress.n)
+            for conn in readable:
+                worker = pending.pop(conn)
+                _, pid, started, ended, rows = self._recv(worker, "done")
+                runs[pid] = (started, ended, [RequestResult(**row) for row in rows])
+            for worker in pending.values():
+                if not worker.process.is_alive() and not worker.conn.poll():
+                    raise RuntimeError(
+                        f"{worker.process.name} exited with {worker.process.exitcode}"
+                    )
+        progress.update(int(shared.done.value) - progress.n)
+        results = sorted((r for _, _, rs in runs.values() for r in rs), key=lambda r: r.index)
+        shares_by_pid = {worker.pid: sessions for worker, sessions in active}
+        workers = tuple(
+            WorkerShare(pid, shares_by_pid[pid], len(rs)) for pid, (_, _, rs) in runs.items()
+        )
+        return LevelResult(
+            concurrency,
+            tuple(results),
+            min(started for started, _, _ in runs.values()),
+            max(ended for _, ended, _ in runs.values()),
+            workers,
+        )
+
+
+async def _warmup(url: str, api_key: str | None, spec: RequestSpec, count: int) -> None:
+    async with VoiceClient.connect(url, api_key) as vc:
+        for i in range(count):
+            await run_request(vc, text_for(i), spec)
+
+
+def run_all(
     url: str, api_key: str | None, spec: RequestSpec, args: argparse.Namespace
 ) -> list[LevelResult]:
-    if args.warmup > 0:
-        async with VoiceClient.connect(url, api_key) as vc:
-            for i in range(args.warmup):
-                await run_request(vc, text_for(i), spec)
-    levels = []
-    for concurrency in args.concurrency:
-        requests = requests_for(concurrency, args.requests_per_level)
-        with tqdm(
-            total=requests, desc=f"concurrency {concurrency:>3}", unit="req", disable=args.quiet
-        ) as progress:
-            levels.append(await run_level(url, api_key, spec, concurrency, requests, progress))
+    with contextlib.ExitStack() as stack:
+        pool = None
+        if args.processes > 1:
+            # Started first: the workers import while the warm-up runs.
+            pool = stack.enter_context(WorkerPool(args.processes, url, api_key, spec))
+        if args.warmup > 0:
+            asyncio.run(_warmup(url, api_key, spec, args.warmup))
+        levels = []
+        for concurrency in args.concurrency:
+            requests = requests_for(concurrency, args.requests_per_level)
+            with tqdm(
+                total=requests, desc=f"concurrency {concurrency:>3}", unit="req", disable=args.quiet
+            ) as progress:
+                if pool is not None:
+                    level = pool.run_level(concurrency, requests, progress)
+                else:
+                    level = asyncio.run(
+                        run_level(url, api_key, spec, concurrency, requests, progress)
+                    )
+            memory = gpu_memory_mib()
+            if memory is not None:
+                level = dataclasses.replace(
+                    level, gpu_memory_used_mib=memory[0], gpu_memory_total_mib=memory[1]
+                )
+            levels.append(level)
     return levels
 
 
 @contextlib.contextmanager
 def _target(args: argparse.Namespace) -> Iterator[str]:
-    if args.spawn:
-        print(f"starting voiceserver serve --config {args.spawn} ...", file=sys.stderr)
-        with spawn_server(args.spawn, options=tuple(args.server_option)) as server:
+    if args.spawn or args.spawn_model:
+        what = (f" --config {args.spawn}" if args.spawn else "") + (
+            f" --model {args.spawn_model}" if args.spawn_model else ""
+        )
+        print(f"starting voiceserver serve{what} ...", file=sys.stderr)
+        with spawn_server(
+            args.spawn, model=args.spawn_model, options=tuple(args.server_option)
+        ) as server:
             yield server.url
     else:
         yield args.url
@@ -137,17 +451,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run every level; write the JSON (and PNG) and return the report."""
     machine = machine_info()
     out: Path = args.out or RESULTS_DIR / f"loadgen-{datetime.now():%Y%m%d-%H%M%S}.json"
+    # Every session is a socket here and in the server (which inherits the limit).
+    files = raise_open_files_limit()
+    per_process = -(-max(args.concurrency) // args.processes)
+    if files < per_process + 64:
+        print(
+            f"warning: RLIMIT_NOFILE is {files}, {per_process} sessions per client process "
+            "may not fit",
+            file=sys.stderr,
+        )
     with _target(args) as url:
         model, spec = spec_for_server(url, args)
         origin = time.monotonic()
-        levels = asyncio.run(run_all(url, args.api_key, spec, args))
+        levels = run_all(url, args.api_key, spec, args)
     report: dict[str, Any] = {
         "name": args.name or out.stem,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {
             "url": url,
             "spawn": args.spawn,
+            "spawn_model": str(args.spawn_model) if args.spawn_model else None,
             "server_options": list(args.server_option),
+            "processes": args.processes,
             "model": dataclasses.asdict(model) if model is not None else None,
             "concurrency": list(args.concurrency),
             "requests_per_level": [
@@ -170,6 +495,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "player that starts at the first chunk and plays at real time",
             "stall_ms": "total time such a player waited for late chunks",
             "x_real_time": "audio seconds of the level / wall seconds of the level",
+            "wall_s": "first session's start -> last session's end, over all client processes",
+            "gpu_memory_used_mib": "nvidia-smi memory.used after the level (null without it)",
         },
         "levels": [level.to_json(origin) for level in levels],
     }
@@ -185,10 +512,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.server_option and not args.spawn:
-        raise SystemExit("--server-option only applies with --spawn")
+    if args.server_option and not (args.spawn or args.spawn_model):
+        raise SystemExit("--server-option only applies with --spawn or --spawn-model")
+    if args.spawn_model is not None:
+        if args.url != DEFAULT_URL:
+            raise SystemExit("--spawn-model starts a server: it does not go with --url")
+        if not args.spawn_model.exists():
+            raise SystemExit(f"--spawn-model: {args.spawn_model} does not exist")
     if min(args.concurrency) < 1:
         raise SystemExit("--concurrency values must be at least 1")
+    if args.processes < 1:
+        raise SystemExit("--processes must be at least 1")
     try:
         return run(args)
     except VoiceServerError as err:

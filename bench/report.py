@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,33 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def gpu_memory_mib() -> tuple[int, int] | None:
+    """GPU memory (used, total) in MiB from ``nvidia-smi``, summed over the GPUs that
+    ``CUDA_VISIBLE_DEVICES`` selects (all of them when it is unset or not plain indices);
+    None without ``nvidia-smi`` or when it fails. One short subprocess, ~0.1 s."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    query = ["--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(
+            [exe, *query], capture_output=True, text=True, timeout=10.0, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus: dict[str, tuple[int, int]] = {}
+    for line in done.stdout.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+            gpus[fields[0]] = (int(fields[1]), int(fields[2]))
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    if all(v.isdigit() for v in visible) and any(v in gpus for v in visible):
+        gpus = {index: memory for index, memory in gpus.items() if index in visible}
+    if not gpus:
+        return None
+    return sum(used for used, _ in gpus.values()), sum(total for _, total in gpus.values())
+
+
 def write_json(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
@@ -32,11 +61,12 @@ def _fmt(value: float | None, digits: int = 0) -> str:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """One row per concurrency level."""
+    """One row per concurrency level (a GPU memory column when any level has it)."""
+    gpu = any(level.get("gpu_memory_used_mib") is not None for level in report["levels"])
     header = (
         f"{'conc':>4} {'reqs':>4} {'err':>3} | {'TTFA ms p50':>11} {'p95':>6} {'p99':>6} "
         f"{'mean':>6} | {'RTF p50':>7} {'p95':>5} | {'underruns':>9} {'stall ms p95':>12} | "
-        f"{'xRT':>5} {'audio s/req':>11}"
+        f"{'xRT':>5} {'audio s/req':>11}" + (f" | {'GPU MiB':>8}" if gpu else "")
     )
     rows = [header, "-" * len(header)]
     for level in report["levels"]:
@@ -48,6 +78,7 @@ def format_table(report: dict[str, Any]) -> str:
             f"{_fmt(ttfa['mean']):>6} | {_fmt(rtf['p50'], 3):>7} {_fmt(rtf['p95'], 2):>5} | "
             f"{underruns:>9} {_fmt(stall['p95']):>12} | "
             f"{level['x_real_time']:>5.2f} {_fmt(level['audio_s']['mean'], 2):>11}"
+            + (f" | {_fmt(level.get('gpu_memory_used_mib')):>8}" if gpu else "")
         )
     return "\n".join(rows)
 

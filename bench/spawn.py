@@ -52,23 +52,32 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 @contextlib.contextmanager
 def spawn_server(
-    config: str,
+    config: str | None,
     *,
+    model: Path | None = None,
     port: int | None = None,
     host: str = "127.0.0.1",
     options: tuple[str, ...] = (),
     args: tuple[str, ...] = (),
     start_timeout_s: float = 300.0,
 ) -> Iterator[SpawnedServer]:
-    """Run ``voiceserver serve --config CONFIG`` until /health answers; stop it on exit.
-    ``options`` are model options (``--option``); ``args`` go to ``serve`` as they are.
+    """Run ``voiceserver serve --config CONFIG`` (and/or ``--model DIR``, a checkpoint
+    directory; without a config the server picks the one that fits it) until /health
+    answers; stop it on exit. ``options`` are model options (``--option``); ``args`` go
+    to ``serve`` as they are.
 
     Raises RuntimeError (with the end of the server's log) when it exits early or does
     not become healthy in time.
     """
+    if config is None and model is None:
+        raise ValueError("spawn_server needs a config, a checkpoint directory or both")
     port = port or free_port(host)
     http = f"http://{host}:{port}"
-    command = [sys.executable, "-m", "voiceserver.cli", "serve", "--config", config]
+    command = [sys.executable, "-m", "voiceserver.cli", "serve"]
+    if config is not None:
+        command += ["--config", config]
+    if model is not None:
+        command += ["--model", str(model)]
     command += ["--host", host, "--port", str(port), "--log-level", "warning"]
     for option in options:
         command += ["--option", option]

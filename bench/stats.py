@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -30,13 +30,28 @@ def summarize(values: Sequence[float]) -> dict[str, float | None]:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerShare:
+    """What one client process ran of a level: its pid, sessions and requests."""
+
+    pid: int
+    sessions: int
+    requests: int
+
+
+@dataclass(frozen=True, slots=True)
 class LevelResult:
-    """Every request of one concurrency level; ``started_at``/``ended_at`` bound the level."""
+    """Every request of one concurrency level; ``started_at``/``ended_at`` bound the level
+    (over all client processes: the first start and the last end)."""
 
     concurrency: int
     results: tuple[RequestResult, ...]
     started_at: float
     ended_at: float
+    workers: tuple[WorkerShare, ...] = ()
+    """The client processes that ran the level's sessions."""
+    gpu_memory_used_mib: int | None = None
+    """GPU memory in use after the level (``nvidia-smi``), None when unknown."""
+    gpu_memory_total_mib: int | None = None
 
     @property
     def ok(self) -> list[RequestResult]:
@@ -73,5 +88,9 @@ class LevelResult:
             "requests_with_underruns": sum(1 for r in ok if r.underruns),
             "stall_ms": summarize([r.stall_ms for r in ok]),
             "audio_s": summarize([r.audio_s for r in ok]),
+            "client_processes": len(self.workers),
+            "client_workers": [asdict(w) for w in self.workers],
+            "gpu_memory_used_mib": self.gpu_memory_used_mib,
+            "gpu_memory_total_mib": self.gpu_memory_total_mib,
             "per_request": [r.to_json(origin) for r in self.results],
         }

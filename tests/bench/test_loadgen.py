@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from voiceclient.server_info import get_json, http_base
 
-from bench.loadgen import main, requests_for
+from bench import loadgen
+from bench.loadgen import main, requests_for, split_evenly
+from bench.report import gpu_memory_mib
+from bench.spawn import SpawnedServer
+from bench.stats import summarize
 from bench.texts import SENTENCES
 from tests.serving import RunningServer
 
@@ -27,6 +35,10 @@ LEVEL_KEYS = {
     "requests_with_underruns",
     "stall_ms",
     "audio_s",
+    "client_processes",
+    "client_workers",
+    "gpu_memory_used_mib",
+    "gpu_memory_total_mib",
     "per_request",
 }
 STAT_KEYS = {"p50", "p95", "p99", "mean", "min", "max"}
@@ -62,6 +74,10 @@ def test_one_level_writes_report_and_plot(
         assert r["error"] is None and r["chunks"] > 0
         assert r["first_audio_at"] > r["flush_at"] >= r["started_at"]
     assert level["audio_s_total"] == pytest.approx(sum(r["audio_s"] for r in requests))
+    # One process: this one, no workers.
+    assert report["config"]["processes"] == 1
+    assert level["client_processes"] == 1
+    assert level["client_workers"] == [{"pid": os.getpid(), "sessions": 2, "requests": 3}]
 
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
@@ -86,3 +102,127 @@ def test_spawned_server_is_started_and_stopped(tmp_path: Path) -> None:
     # The server is gone afterwards: its port no longer answers.
     with pytest.raises(OSError):
         get_json(f"{http_base(report['config']['url'])}/health", timeout=1.0)
+
+
+def test_two_client_processes_merge_into_one_level(
+    tiny_server: RunningServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "processes.json"
+    main(
+        ["--url", tiny_server.ws, "--processes", "2", "--concurrency", "4"]
+        + ["--requests-per-level", "12", "--warmup", "0", "--quiet", "--no-plot"]
+        + ["--out", str(out)]
+    )
+    report = json.loads(out.read_text())
+    assert report["config"]["processes"] == 2
+    [level] = report["levels"]
+    assert set(level) == LEVEL_KEYS
+    assert level["concurrency"] == 4 and level["requests"] == 12 and level["errors"] == 0
+
+    # Two worker processes, neither of them this one, each with half of the sessions;
+    # together they ran every request once (the one queue of a single process).
+    workers = level["client_workers"]
+    assert level["client_processes"] == 2 and len(workers) == 2
+    pids = {w["pid"] for w in workers}
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert [w["sessions"] for w in workers] == [2, 2]
+    assert sum(w["requests"] for w in workers) == 12
+    requests = level["per_request"]
+    assert [r["index"] for r in requests] == list(range(12))
+    assert all(r["concurrency"] == 4 and r["error"] is None for r in requests)
+
+    # The statistics are over all requests of both processes.
+    for key in ("ttfa_ms", "rtf", "underruns", "stall_ms", "audio_s"):
+        assert set(level[key]) == STAT_KEYS
+    ttfa = level["ttfa_ms"]
+    assert ttfa == pytest.approx(summarize([r["ttfa_ms"] for r in requests]))
+    assert 0 < ttfa["min"] <= ttfa["p50"] <= ttfa["p95"] <= ttfa["p99"] <= ttfa["max"]
+    assert level["rtf"] == pytest.approx(summarize([r["rtf"] for r in requests]))
+    assert level["underruns_total"] == sum(r["underruns"] for r in requests)
+    for r in requests:
+        text = SENTENCES[r["index"] % len(SENTENCES)]
+        assert r["audio_s"] == pytest.approx((len(text.encode()) + 3) * 0.02)
+        assert r["first_audio_at"] > r["flush_at"] >= r["started_at"] >= 0
+    assert level["audio_s_total"] == pytest.approx(sum(r["audio_s"] for r in requests))
+    # The level's wall time spans every request of both processes (one clock).
+    span = max(r["last_audio_at"] for r in requests) - min(r["started_at"] for r in requests)
+    assert span <= level["wall_s"] < span + 5.0
+    assert level["x_real_time"] == pytest.approx(level["audio_s_total"] / level["wall_s"])
+    assert level["x_real_time"] > 0
+    memory = level["gpu_memory_used_mib"]
+    assert memory is None or (isinstance(memory, int) and memory >= 0)
+
+
+def test_split_evenly() -> None:
+    assert split_evenly(4, 2) == [2, 2]
+    assert split_evenly(5, 2) == [3, 2]
+    assert split_evenly(1, 3) == [1, 0, 0]
+    assert split_evenly(1024, 16) == [64] * 16
+
+
+def test_spawn_model_passes_the_checkpoint_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    commands: list[list[str]] = []
+    spawn = loadgen.spawn_server
+
+    @contextlib.contextmanager
+    def recording(*args: Any, **kwargs: Any) -> Iterator[SpawnedServer]:
+        with spawn(*args, **kwargs) as server:
+            assert server.process is not None
+            commands.append(list(server.process.args))
+            yield server
+
+    monkeypatch.setattr(loadgen, "spawn_server", recording)
+    report = main(
+        ["--spawn", "tiny", "--spawn-model", str(checkpoint), "--server-option", "max_contexts=4"]
+        + ["--concurrency", "1", "--requests-per-level", "1", "--warmup", "0", "--quiet"]
+        + ["--no-plot", "--out", str(tmp_path / "model.json")]
+    )
+    [command] = commands
+    assert command[command.index("--model") + 1] == str(checkpoint)
+    assert command[command.index("--config") + 1] == "tiny"
+    assert command[command.index("--option") + 1] == "max_contexts=4"
+    assert report["config"]["spawn_model"] == str(checkpoint)
+    assert report["levels"][0]["errors"] == 0
+
+
+def test_spawn_model_arguments_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["--spawn-model", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit, match="does not go with --url"):
+        main(["--spawn-model", str(tmp_path), "--url", "ws://127.0.0.1:1/x"])
+    with pytest.raises(SystemExit, match="--processes"):
+        main(["--spawn", "tiny", "--processes", "0"])
+    with pytest.raises(SystemExit, match="only applies"):
+        main(["--server-option", "device=cuda"])
+
+
+def _fake_nvidia_smi(directory: Path, body: str) -> None:
+    directory.mkdir()
+    script = directory / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+
+
+def test_gpu_memory_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu_memory_mib() is None  # no nvidia-smi
+
+    _fake_nvidia_smi(tmp_path / "two", "printf '0, 1000, 81559\\n1, 250, 81559\\n'")
+    monkeypatch.setenv("PATH", str(tmp_path / "two"))
+    assert gpu_memory_mib() == (1250, 2 * 81559)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpu_memory_mib() == (250, 81559)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0f1e")  # not indices: every GPU
+    assert gpu_memory_mib() == (1250, 2 * 81559)
+
+    _fake_nvidia_smi(tmp_path / "broken", "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+    monkeypatch.setenv("PATH", str(tmp_path / "broken"))
+    assert gpu_memory_mib() is None
+    _fake_nvidia_smi(tmp_path / "na", "echo '0, [N/A], [N/A]'")
+    monkeypatch.setenv("PATH", str(tmp_path / "na"))
+    assert gpu_memory_mib() is None
