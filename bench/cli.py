@@ -29,6 +29,13 @@ def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         metavar="KEY=VALUE",
         help="with --spawn: pass --option KEY=VALUE to the server",
     )
+    parser.add_argument(
+        "--server-engine",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --spawn: pass --engine KEY=VALUE to the server (e.g. max_ar_batch=1024)",
+    )
     parser.add_argument("--api-key", default=None)
 
 

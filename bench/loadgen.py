@@ -440,7 +440,10 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
         )
         print(f"starting voiceserver serve{what} ...", file=sys.stderr)
         with spawn_server(
-            args.spawn, model=args.spawn_model, options=tuple(args.server_option)
+            args.spawn,
+            model=args.spawn_model,
+            options=tuple(args.server_option),
+            args=tuple(f"--engine={e}" for e in args.server_engine),
         ) as server:
             yield server.url
     else:
@@ -472,6 +475,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "spawn": args.spawn,
             "spawn_model": str(args.spawn_model) if args.spawn_model else None,
             "server_options": list(args.server_option),
+            "server_engine": list(args.server_engine),
             "processes": args.processes,
             "model": dataclasses.asdict(model) if model is not None else None,
             "concurrency": list(args.concurrency),

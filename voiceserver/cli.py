@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -54,6 +55,13 @@ def serve(argv: list[str]) -> None:
         default=[],
         help="override a server limit: KEY=VALUE (e.g. max_contexts=32, "
         "slow_reader_timeout_s=5; see voiceserver.config.Limits)",
+    )
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        help="override an engine setting: KEY=VALUE (e.g. max_ar_batch=256 on a GPU; see "
+        "voiceserver.engine.core.EngineConfig)",
     )
     parser.add_argument(
         "--shutdown-timeout",
@@ -117,6 +125,7 @@ def serve(argv: list[str]) -> None:
         with_checkpoint,
         with_served_names,
     )
+    from voiceserver.engine.core import EngineConfig
     from voiceserver.server import build_server
 
     logging.basicConfig(
@@ -132,6 +141,13 @@ def serve(argv: list[str]) -> None:
         model_config = load_model_config(args.config or DEFAULT_MODEL_CONFIG, overrides)
     model_config = with_checkpoint(model_config, args.model)
     model_config = with_served_names(model_config, tuple(args.served_model_name))
+    if args.engine:
+        merged = {**dataclasses.asdict(model_config.engine), **_overrides(args.engine)}
+        try:
+            engine = parse_options(EngineConfig, merged, "engine")
+        except ValueError as exc:
+            raise SystemExit(f"--engine: {exc}") from None
+        model_config = dataclasses.replace(model_config, engine=engine)
     if args.allow_private_url_fetch and not args.allow_url_fetch:
         raise SystemExit("--allow-private-url-fetch needs --allow-url-fetch")
     media = MediaConfig(

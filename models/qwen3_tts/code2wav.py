@@ -75,10 +75,9 @@ class DecoderState:
 class _Rows:
     """The rows one decode call continues; each layer reads and writes its own buffer once."""
 
-    def __init__(self, state: DecoderState, rows: np.ndarray) -> None:
+    def __init__(self, state: DecoderState, index: torch.Tensor) -> None:
         self.state = state
-        self.rows = rows
-        self.index = upload(rows, state.device)
+        self.index = index
 
     def read(self, key: int) -> torch.Tensor:
         return self.state.buffers[key].index_select(0, self.index)
@@ -267,18 +266,19 @@ class PreTransformer(nn.Module):
         return specs
 
     def step(
-        self, x: torch.Tensor, lengths: torch.Tensor, counts: np.ndarray, state: _Rows
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor,
+        starts: torch.Tensor,
+        cached: torch.Tensor,
+        state: _Rows,
     ) -> torch.Tensor:
-        """x [B, T, latent] (right-padded to ``counts`` on the host, ``lengths`` on the
-        device), each row continuing its stream."""
+        """x [B, T, latent] (right-padded to ``lengths``), each row continuing its stream
+        from position ``starts[b]`` with ``cached[b]`` keys kept (all on the device)."""
         cfg = self.cfg
         keep = cfg.sliding_window - 1
         b, t, _ = x.shape
         dev = x.device
-        start_host = state.state.position[state.rows]
-        cached_host = state.state.cached[state.rows]
-        starts = upload(start_host, dev)
-        cached = upload(cached_host, dev)
         positions = starts[:, None] + torch.arange(t, device=dev)[None]
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
         cos, sin = cos[:, None], sin[:, None]
@@ -314,8 +314,6 @@ class PreTransformer(nn.Module):
             h = h + layer.self_attn_layer_scale.scale * attn.o_proj(out)
             mlp_out = layer.mlp(layer.post_attention_layernorm(h))
             h = h + layer.mlp_layer_scale.scale * mlp_out
-        state.state.position[state.rows] = start_host + counts
-        state.state.cached[state.rows] = np.minimum(keep, cached_host + counts)
         return self.output_proj(self.norm(h))
 
 
@@ -404,6 +402,65 @@ class Code2Wav(nn.Module):
         """State for ``rows`` streams, all fresh."""
         return DecoderState(self.state_specs(), rows, self.pre_conv.conv.weight.device)
 
+    @property
+    def hop(self) -> int:
+        """Output samples per frame."""
+        return int(np.prod(self.cfg.upsampling_ratios) * np.prod(self.cfg.upsample_rates))
+
+    def pack(
+        self, chunks: list[np.ndarray], state: DecoderState, rows: np.ndarray, frames: int
+    ) -> np.ndarray:
+        """One call's host inputs as one int64 array [B, groups * frames + 4]: each row's
+        codes right-padded to ``frames``, then its length, stream position, cached keys
+        and state row. Codes out of range are refused here: on the device they would
+        trip an assert that ends every stream on the GPU, not just this call's."""
+        groups = self.cfg.num_quantizers
+        packed = np.zeros((len(chunks), groups * frames + 4), np.int64)
+        codes = packed[:, : groups * frames].reshape(len(chunks), groups, frames)
+        for row, chunk in enumerate(chunks):
+            if len(chunk) < 1:
+                raise ValueError("every chunk needs at least one frame")
+            codes[row, :, : len(chunk)] = chunk.T
+        if codes.min() < 0 or codes.max() >= self.cfg.codebook_size:
+            raise ValueError(f"codes must be in [0, {self.cfg.codebook_size})")
+        rows = np.asarray(rows, np.int64)
+        packed[:, -4] = [len(c) for c in chunks]
+        packed[:, -3] = state.position[rows]
+        packed[:, -2] = state.cached[rows]
+        packed[:, -1] = rows
+        return packed
+
+    def advance(self, state: DecoderState, rows: np.ndarray, counts: np.ndarray) -> None:
+        """The host side of a call: the streams moved on by ``counts`` frames."""
+        keep = self.cfg.sliding_window - 1
+        state.position[rows] += counts
+        state.cached[rows] = np.minimum(keep, state.cached[rows] + counts)
+
+    def run_packed(self, packed: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """The device side of a call, from :meth:`pack`'s array: waveforms
+        [B, frames * hop]. Reads no host value (a CUDA graph can capture it)."""
+        groups = self.cfg.num_quantizers
+        b = packed.shape[0]
+        frames = (packed.shape[1] - 4) // groups
+        codes = packed[:, : groups * frames].reshape(b, groups, frames)
+        lengths, starts, cached, index = packed[:, -4:].unbind(1)
+        batch = _Rows(state, index)
+        weight = self.pre_conv.conv.weight
+        x = self.quantizer.decode(codes).to(weight.dtype)
+        x = self.pre_conv.step(x, lengths, batch)
+        x = self.pre_transformer.step(x.transpose(1, 2), lengths, starts, cached, batch)
+        x = x.transpose(1, 2)
+        for up, block in self.upsample:
+            x = up.step(x, lengths, batch)
+            lengths = lengths * up.stride
+            x = block.step(x, lengths, batch)
+        x = self.decoder[0].step(x, lengths, batch)
+        for block in self.decoder[1:-2]:
+            x = block.step(x, lengths, batch)
+            lengths = lengths * block.rate
+        x = self.decoder[-2](x)
+        return self.decoder[-1].step(x, lengths, batch).clamp(-1, 1)[:, 0]
+
     @torch.no_grad()
     def decode(
         self, chunks: list[np.ndarray], state: DecoderState, rows: np.ndarray
@@ -412,31 +469,7 @@ class Code2Wav(nn.Module):
         Returns the waveforms [B, max T_i * hop] on the device, and per row how many
         of its samples are valid (T_i * hop)."""
         counts = np.array([len(c) for c in chunks], np.int64)
-        if counts.min() < 1:
-            raise ValueError("every chunk needs at least one frame")
-        codes = np.zeros((len(chunks), chunks[0].shape[1], int(counts.max())), np.int64)
-        for row, chunk in enumerate(chunks):
-            codes[row, :, : len(chunk)] = chunk.T
-        # Checked on the host: an id out of range would trip a device-side assert,
-        # which ends every stream on the GPU, not just this call's.
-        if codes.min() < 0 or codes.max() >= self.cfg.codebook_size:
-            raise ValueError(f"codes must be in [0, {self.cfg.codebook_size})")
-        weight = self.pre_conv.conv.weight
-        lengths = upload(counts, weight.device)
-        batch = _Rows(state, np.asarray(rows, np.int64))
-
-        x = self.quantizer.decode(upload(codes, weight.device)).to(weight.dtype)
-        x = self.pre_conv.step(x, lengths, batch)
-        x = self.pre_transformer.step(x.transpose(1, 2), lengths, counts, batch).transpose(1, 2)
-        hop = 1
-        for up, block in self.upsample:
-            x = up.step(x, lengths, batch)
-            lengths, hop = lengths * up.stride, hop * up.stride
-            x = block.step(x, lengths, batch)
-        x = self.decoder[0].step(x, lengths, batch)
-        for block in self.decoder[1:-2]:
-            x = block.step(x, lengths, batch)
-            lengths, hop = lengths * block.rate, hop * block.rate
-        x = self.decoder[-2](x)
-        x = self.decoder[-1].step(x, lengths, batch).clamp(-1, 1)
-        return x[:, 0], counts * hop
+        packed = self.pack(chunks, state, rows, int(counts.max()))
+        wav = self.run_packed(upload(packed, self.pre_conv.conv.weight.device), state)
+        self.advance(state, np.asarray(rows, np.int64), counts)
+        return wav, counts * self.hop

@@ -223,8 +223,10 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         st_weights.decoder,
         st_cfg.output_sample_rate,
         st_cfg.decode_upsample_rate,
-        # Room for the streams expected at once; the pool doubles past it.
-        rows=min(settings.max_contexts, 256),
+        # Room for the streams expected at once (with graphs, twice that, fixed: a
+        # stream may still be decoding after its context has left its slot).
+        rows=settings.max_contexts if options.cuda_graphs else min(settings.max_contexts, 256),
+        graphs=options.cuda_graphs,
     )
     runner = Qwen3Runner(
         cfg, weights.talker, tokenizer, voices, capabilities, settings, prime=vocoder.primed

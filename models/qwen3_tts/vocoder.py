@@ -2,10 +2,15 @@
 
 Open streams are rows of one pooled :class:`DecoderState`, so a decode call
 gathers and scatters every state buffer once however many streams it continues.
+On CUDA the calls are replayed from graphs captured at start-up per chunk
+length (1, 2, 4, 8, 16 frames, chunks right-padded) and batch bucket; the pool
+then has a fixed size (graphs hold its buffers' addresses) plus a scratch row
+for padding. Calls no graph covers run eagerly.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +18,17 @@ import numpy as np
 import torch
 
 from models.base import DecodeItem, Vocoder
+from models.cuda_graphs import BucketGraphs
 from models.qwen3_tts.code2wav import Code2Wav, DecoderState
+from models.upload import upload
+
+log = logging.getLogger(__name__)
+
+GRAPH_FRAMES = (1, 2, 4, 8, 16)
+"""Chunk lengths with graphs (a chunk is padded to the next one)."""
+GRAPH_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+GRAPH_MAX_FRAMES_PER_CALL = 1024
+"""Larger calls (batch x chunk length) run eagerly: launches are a small part of them."""
 
 
 @dataclass
@@ -30,22 +45,67 @@ class Qwen3Vocoder(Vocoder):
     left_context = 0
 
     def __init__(
-        self, decoder: Code2Wav, sample_rate: int, samples_per_frame: int, rows: int = 1
+        self,
+        decoder: Code2Wav,
+        sample_rate: int,
+        samples_per_frame: int,
+        rows: int = 1,
+        graphs: bool = False,
     ) -> None:
-        """``rows``: streams the pool has room for at first; it doubles when full."""
+        """``rows``: streams the pool has room for at first; it doubles when full (with
+        ``graphs``, on CUDA: room for ``2 * rows`` and graphs captured; growing past
+        that drops the graphs)."""
         self.decoder = decoder
         self.sample_rate = sample_rate
         self.samples_per_frame = samples_per_frame
-        self._pool = decoder.new_state(max(1, rows))
-        self._free = list(range(self._pool.rows - 1, -1, -1))
+        device = decoder.pre_conv.conv.weight.device
+        use_graphs = graphs and device.type == "cuda"
+        rows = max(1, 2 * rows if use_graphs else rows)
+        self._pool = decoder.new_state(rows + 1 if use_graphs else rows)
+        self._scratch = rows if use_graphs else -1
+        self._free = list(range(rows - 1, -1, -1))
         # Closed streams' rows, zeroed before the next decode: one call for all of
         # them instead of one per stream opened on them.
         self._stale: set[int] = set()
+        self._graphs: dict[int, BucketGraphs] = {}
+        if use_graphs:
+            self._capture(rows)
+
+    def _capture(self, rows: int) -> None:
+        groups = self.decoder.cfg.num_quantizers
+        for frames in GRAPH_FRAMES:
+            sizes = [
+                b for b in GRAPH_BATCHES if b <= rows and b * frames <= GRAPH_MAX_FRAMES_PER_CALL
+            ]
+            if not sizes:
+                continue
+
+            def run(packed: torch.Tensor) -> torch.Tensor:
+                return self.decoder.run_packed(packed, self._pool)
+
+            def padding(size: int, frames: int = frames) -> torch.Tensor:
+                return upload(self._padding(size, groups * frames + 4), self._pool.device)
+
+            self._graphs[frames] = BucketGraphs(run, padding, sizes)
+            with torch.no_grad():
+                self._graphs[frames].capture()
+
+    def _padding(self, size: int, width: int) -> np.ndarray:
+        """Rows that decode one frame of zeros into the scratch row."""
+        pad = np.zeros((size, width), np.int64)
+        pad[:, -4] = 1
+        pad[:, -1] = self._scratch
+        return pad
 
     def new_stream(self, conditioning: Any = None) -> VocoderStream:
         """A pooled stream. ``conditioning`` is a stream :meth:`primed` already (a voice
         clone's), whose state the new stream starts from, or None for a fresh one."""
         if not self._free:
+            if self._graphs:
+                log.warning(
+                    "more vocoder streams than the graphs were sized for: eager from now on"
+                )
+                self._graphs.clear()
             rows = self._pool.rows
             self._pool.grow(2 * rows)
             self._free.extend(range(2 * rows - 1, rows - 1, -1))
@@ -94,8 +154,25 @@ class Qwen3Vocoder(Vocoder):
         if self._stale:
             self._pool.reset(np.array(sorted(self._stale), np.int64))
             self._stale.clear()
-        wavs, samples = self.decoder.decode(chunks, self._pool, np.array(rows, np.int64))
+        wavs, samples = self._decode(chunks, np.array(rows, np.int64))
         host = wavs.float().cpu().numpy()
         for row, (i, n) in enumerate(zip(order, samples.tolist(), strict=True)):
             out[i] = host[row, :n]
         return out
+
+    @torch.no_grad()
+    def _decode(
+        self, chunks: list[np.ndarray], rows: np.ndarray
+    ) -> tuple[torch.Tensor, np.ndarray]:
+        counts = np.array([len(c) for c in chunks], np.int64)
+        frames = next((f for f in GRAPH_FRAMES if f >= counts.max()), None)
+        graphs = self._graphs.get(frames) if frames is not None else None
+        size = graphs.bucket_for(len(chunks)) if graphs is not None else None
+        if graphs is None or size is None or frames is None:
+            return self.decoder.decode(chunks, self._pool, rows)
+        packed = self.decoder.pack(chunks, self._pool, rows, frames)
+        padded = self._padding(size, packed.shape[1])
+        padded[: len(chunks)] = packed
+        wav = graphs.replay(upload(padded, self._pool.device))[: len(chunks)]
+        self.decoder.advance(self._pool, rows, counts)
+        return wav, counts * self.decoder.hop
