@@ -184,11 +184,13 @@ def measure_vocoder(model: LoadedModel, frames: list[np.ndarray]) -> dict[str, A
 
 def profile_steps(
     model: LoadedModel, params: SynthParams, text: str, batch: int, out_dir: Path | None
-) -> list[dict[str, Any]]:
-    """The top operators (by host time) over a few decode steps of ``batch`` contexts."""
+) -> dict[str, Any]:
+    """The device time of a few decode steps of ``batch`` contexts and their top
+    operators by host and by device time (kernels replayed from a CUDA graph count
+    as device time)."""
     torch = _torch()
     if torch is None:
-        return []
+        return {}
     from torch.profiler import ProfilerActivity, profile
 
     runner = model.runner
@@ -208,17 +210,23 @@ def profile_steps(
     if out_dir is not None:
         prof.export_chrome_trace(str(out_dir / f"step-trace-b{batch}.json"))
     device_key = "self_device_time_total"
-    rows = []
-    for event in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:30]:
-        rows.append(
-            {
-                "op": event.key,
-                "calls_per_step": event.count / 3,
-                "host_us_per_step": event.self_cpu_time_total / 3,
-                "device_us_per_step": getattr(event, device_key, 0.0) / 3,
-            }
-        )
-    return rows
+    events = prof.key_averages()
+
+    def row(event: Any) -> dict[str, Any]:
+        return {
+            "op": event.key,
+            "calls_per_step": event.count / 3,
+            "host_us_per_step": event.self_cpu_time_total / 3,
+            "device_us_per_step": getattr(event, device_key, 0.0) / 3,
+        }
+
+    by_host = sorted(events, key=lambda e: -e.self_cpu_time_total)[:30]
+    by_device = sorted(events, key=lambda e: -getattr(e, device_key, 0.0))[:30]
+    return {
+        "device_us_per_step": sum(getattr(e, device_key, 0.0) for e in events) / 3,
+        "by_host": [row(e) for e in by_host],
+        "by_device": [row(e) for e in by_device],
+    }
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -255,14 +263,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for batch in args.batch:
         level = measure_batch(model, params, args.text, batch, args.steps)
         if args.profile:
-            level["top_ops"] = profile_steps(model, params, args.text, batch, out_dir)
+            level["profile"] = profile_steps(model, params, args.text, batch, out_dir)
         levels.append(level)
         step = level["step_ms"].get("p50", float("nan"))
         voc = {k: v["call_ms"].get("p50", float("nan")) for k, v in level["vocoder"].items()}
         print(
             f"B={batch:4d} step p50 {step:8.2f} ms ({level['frames_per_step']:.1f} frames)"
             f"  host waits/step {level['host_waits_per_step']}"
-            f"  vocoder call p50 {', '.join(f'{k} {v:.2f} ms' for k, v in voc.items())}",
+            f"  vocoder call p50 {', '.join(f'{k} {v:.2f} ms' for k, v in voc.items())}"
+            + (
+                f"  device {level['profile']['device_us_per_step'] / 1000:.2f} ms/step"
+                if args.profile
+                else ""
+            ),
             flush=True,
         )
     report = {

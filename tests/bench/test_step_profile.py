@@ -23,8 +23,10 @@ def test_step_profile_reports_every_batch(tmp_path: Path) -> None:
         chunks = level["vocoder"]
         assert set(chunks) == {"chunk_1", "chunk_4"}
         assert chunks["chunk_1"]["calls"] >= 2 and chunks["chunk_1"]["call_ms"]["p50"] > 0
-        ops = level["top_ops"]
-        assert ops and all(op["calls_per_step"] > 0 for op in ops)
+        profile = level["profile"]
+        for ops in (profile["by_host"], profile["by_device"]):
+            assert ops and all(op["calls_per_step"] > 0 for op in ops)
+        assert profile["device_us_per_step"] >= 0
         assert (tmp_path / f"step-trace-b{level['batch']}.json").stat().st_size > 0
 
 
