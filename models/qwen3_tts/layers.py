@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from models.attention import attention_bias, grouped_attention
+from models.kernels.norms import fused_available, norm_rope, rms_norm
 from models.qwen3_tts.config import TransformerConfig
 
 
@@ -19,8 +20,12 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        self.fused = True
+        """On CUDA, one fused kernel (``models.kernels.norms``) instead of seven."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused and fused_available(x):
+            return rms_norm(x, self.weight, self.eps)
         dtype = x.dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -70,6 +75,13 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, H, T, D], k/v [B, KVH, T, D] with RoPE applied."""
         b, t, _ = x.shape
+        if self.q_norm.fused and fused_available(x):
+            q = self.q_proj(x).view(b, t, -1, self.head_dim)
+            k = self.k_proj(x).view(b, t, -1, self.head_dim)
+            v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+            q = norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin).transpose(1, 2)
+            k = norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin).transpose(1, 2)
+            return q, k, v
         q = self.q_norm(self.q_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)

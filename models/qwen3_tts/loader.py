@@ -19,6 +19,7 @@ from models.qwen3_tts.config import (
     parse_config,
     parse_speech_tokenizer_config,
 )
+from models.qwen3_tts.layers import RMSNorm
 from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
 from models.qwen3_tts.params import request_fields
 from models.qwen3_tts.runner import ARSettings, Qwen3Runner
@@ -51,6 +52,9 @@ class Qwen3Options:
     cuda_graphs: bool = True
     """On CUDA, capture the frame step per batch size at start-up and replay it (False:
     launch every kernel of every step, as on the CPU)."""
+    fused_kernels: bool = True
+    """On CUDA, fused Triton kernels for RMSNorm and norm + rotary embedding (False:
+    PyTorch's own operators, as on the CPU)."""
     bench_ignore_eos: bool = False
     """Benchmarks only: never end speech, so every context runs to its frame cap."""
     max_frames: int = 2048
@@ -176,6 +180,9 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     load_module(st_weights, load_tensors(st_dir, st_prefixes), st_dir / "model.safetensors", dtype)
     weights.to(device).eval()
     st_weights.to(device).eval()
+    for module in (*weights.modules(), *st_weights.modules()):
+        if isinstance(module, RMSNorm):
+            module.fused = options.fused_kernels
 
     cloner = None
     if is_base:

@@ -14,8 +14,10 @@ import torch
 
 from bench.step_profile import count_waits
 from models.base import Admit, DecodeItem, Feed, SynthParams
+from models.kernels.norms import norm_rope, rms_norm
 from models.kernels.paged_decode import gathered_decode_attention, paged_decode_attention
 from models.paged_kv import PagedKVCache
+from models.qwen3_tts.layers import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 from models.qwen3_tts.loader import load
 from tests.models.drive import plan
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
@@ -124,6 +126,31 @@ def test_paged_decode_kernel_equals_gathered_attention() -> None:
         )
         error = (ours.float() - oracle).norm() / oracle.norm()
         assert ours.shape == q.shape and error < tol, (dtype, float(error))
+
+
+def test_fused_norm_kernels_equal_the_eager_operators() -> None:
+    """RMSNorm and norm + rotary embedding in one kernel each against PyTorch's own
+    operators in fp32 (the oracle), on random data of the model's shapes."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
+        x = torch.randn(3, 5, 2048, device="cuda", generator=gen).to(dtype)
+        norm = RMSNorm(2048, 1e-6).to("cuda")
+        norm.weight.data = torch.randn(2048, device="cuda", generator=gen)
+        ours = rms_norm(x, norm.weight.to(dtype), norm.eps)
+        norm.fused = False
+        oracle = norm(x.float())
+        assert (ours.float() - oracle).norm() / oracle.norm() < tol
+
+        heads = torch.randn(3, 5, 16, 128, device="cuda", generator=gen).to(dtype)
+        weight = torch.randn(128, device="cuda", generator=gen)
+        positions = torch.randint(0, 2000, (3, 5), device="cuda", generator=gen)
+        cos, sin = rope_cos_sin(rope_inv_freq(128, 1e6), positions, torch.float32)
+        ours = norm_rope(heads, weight.to(dtype), 1e-6, cos.to(dtype), sin.to(dtype))
+        plain = RMSNorm(128, 1e-6).to("cuda")
+        plain.weight.data, plain.fused = weight, False
+        oracle = apply_rope(plain(heads.float()).transpose(1, 2), cos, sin).transpose(1, 2)
+        assert ours.shape == heads.shape
+        assert (ours.float() - oracle).norm() / oracle.norm() < tol
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
