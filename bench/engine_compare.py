@@ -8,7 +8,11 @@ shows next to the difference between trees:
         --out bench/baselines/compare.png
 
 The table gives, per report and concurrency, time to first audio p50/p95,
-per-stream RTF p50 and aggregate x-real-time.
+per-stream RTF p50 and aggregate x-real-time. Reports of ``bench.loadgen``
+(measured at a WebSocket client) and ``bench.reference_qwen`` read the same
+way. With ``--baseline LABEL`` every other report's rows also give their ratios
+to that report at the same concurrency: how many times lower its time to first
+audio p50, and how many times higher its x-real-time.
 """
 
 from __future__ import annotations
@@ -25,23 +29,63 @@ def read(specs: list[str]) -> list[tuple[str, dict[str, Any]]]:
         label, sep, path = spec.partition("=")
         if not sep or not label or not path:
             raise SystemExit(f"report {spec!r}: expected LABEL=PATH")
-        reports.append((label, json.loads(Path(path).read_text())))
+        reports.append((label, normalized(json.loads(Path(path).read_text()))))
     return reports
 
 
-def table(reports: list[tuple[str, dict[str, Any]]]) -> str:
+def normalized(report: dict[str, Any]) -> dict[str, Any]:
+    """A loadgen report's levels in the engine_bench shape (others as they are)."""
+    levels = []
+    for level in report["levels"]:
+        if "rtf_p50" in level:
+            levels.append(level)
+            continue
+        ttfa = level["ttfa_ms"]
+        levels.append(
+            {
+                "concurrency": level["concurrency"],
+                "ttfa_ms": {"50": ttfa.get("p50"), "95": ttfa.get("p95"), "99": ttfa.get("p99")},
+                "rtf_p50": level["rtf"].get("p50"),
+                "x_real_time": level["x_real_time"],
+                "underruns": level.get("underruns_total"),
+            }
+        )
+    return {**report, "levels": levels}
+
+
+def table(reports: list[tuple[str, dict[str, Any]]], baseline: str | None = None) -> str:
+    base = {
+        level["concurrency"]: level
+        for label, report in reports
+        if label == baseline
+        for level in report["levels"]
+    }
     lines = [
-        "| report | concurrency | TTFA p50 ms | TTFA p95 ms | RTF p50 | x real time |",
-        "|---|---|---|---|---|---|",
+        "| report | concurrency | TTFA p50 ms | TTFA p95 ms | RTF p50 | x real time |"
+        + (f" TTFA vs {baseline} | x real time vs {baseline} |" if baseline else ""),
+        "|---|---|---|---|---|---|" + ("---|---|" if baseline else ""),
     ]
     for label, report in reports:
         for level in report["levels"]:
             ttfa = level["ttfa_ms"]
-            lines.append(
+            row = (
                 f"| {label} | {level['concurrency']} | {_ms(ttfa, 50)} | {_ms(ttfa, 95)} "
                 f"| {_num(level['rtf_p50'], 2)} | {_num(level['x_real_time'], 1)} |"
             )
+            if baseline:
+                ref = base.get(level["concurrency"]) if label != baseline else None
+                if ref is None:
+                    row += " | |"
+                else:
+                    lower = _ratio(_ttfa(ref["ttfa_ms"], 50), _ttfa(ttfa, 50))
+                    higher = _ratio(level["x_real_time"], ref["x_real_time"])
+                    row += f" {lower} lower | {higher} higher |"
+            lines.append(row)
     return "\n".join(lines)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if not a or not b else f"{a / b:,.1f}x"
 
 
 def _ttfa(ttfa: dict[Any, float], q: int) -> float | None:
@@ -81,6 +125,8 @@ def write_plot(reports: list[tuple[str, dict[str, Any]]], path: Path) -> None:
     for ax, title in zip(axes, titles, strict=True):
         ax.set(xlabel="concurrent contexts", title=title)
         ax.set_xscale("log", base=2)
+        if ax is not axes[1]:
+            ax.set_yscale("log")
         ax.grid(True, alpha=0.3, which="both")
         ax.legend()
     axes[1].axhline(1.0, color="grey", lw=0.8, ls="--")
@@ -95,9 +141,14 @@ def main(argv: list[str] | None = None) -> str:
     )
     parser.add_argument("reports", nargs="+", help="LABEL=PATH of an engine_bench report")
     parser.add_argument("--out", type=Path, default=None, help="plot (PNG)")
+    parser.add_argument(
+        "--baseline", default=None, help="LABEL whose figures the others are divided by"
+    )
     args = parser.parse_args(argv)
     reports = read(args.reports)
-    text = table(reports)
+    if args.baseline is not None and args.baseline not in {label for label, _ in reports}:
+        raise SystemExit(f"--baseline {args.baseline}: no report has that label")
+    text = table(reports, args.baseline)
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -51,3 +51,47 @@ def test_compare_refuses_a_report_without_a_label(tmp_path: Path) -> None:
         assert "LABEL=PATH" in str(exc)
     else:
         raise AssertionError("a report without LABEL= must be refused")
+
+
+def _engine_level(concurrency: int, ttfa: float, xrt: float) -> dict[str, object]:
+    return {
+        "concurrency": concurrency,
+        "ttfa_ms": {"50": ttfa, "95": ttfa, "99": ttfa},
+        "rtf_p50": 1.0,
+        "x_real_time": xrt,
+    }
+
+
+def test_compare_divides_by_a_baseline_and_reads_loadgen_reports(tmp_path: Path) -> None:
+    """Ratios to the baseline at the same concurrency (TTFA lower, throughput higher);
+    a loadgen report (WebSocket client) reads like an engine_bench one."""
+    ref, ours = tmp_path / "ref.json", tmp_path / "ws.json"
+    ref.write_text(json.dumps({"levels": [_engine_level(1, 9000.0, 0.5)]}))
+    stats = {"p50": 45.0, "p95": 60.0, "p99": 61.0}
+    ours.write_text(
+        json.dumps(
+            {
+                "levels": [
+                    {
+                        "concurrency": c,
+                        "ttfa_ms": stats,
+                        "rtf": {"p50": 0.2},
+                        "x_real_time": xrt,
+                        "underruns_total": 0,
+                    }
+                    for c, xrt in ((1, 5.0), (64, 200.0))
+                ]
+            }
+        )
+    )
+    text = engine_compare.main([f"ref={ref}", f"ws={ours}", "--baseline", "ref"])
+    rows = {line.split("|")[2].strip(): line for line in text.splitlines() if "| ws " in line}
+    assert "| 45 | 60 | 0.20 | 5.0 |" in rows["1"]
+    assert "200.0x lower" in rows["1"] and "10.0x higher" in rows["1"]
+    assert "lower" not in rows["64"]  # no baseline at that concurrency
+    try:
+        engine_compare.main([f"ref={ref}", "--baseline", "nobody"])
+    except SystemExit as exc:
+        assert "nobody" in str(exc)
+    else:
+        raise AssertionError("an unknown baseline label must be refused")
