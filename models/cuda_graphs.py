@@ -1,12 +1,12 @@
 """CUDA graphs of one batched function, captured per batch-size bucket.
 
-A call of ``fn(inputs)`` launches thousands of small kernels; replaying a
-captured graph launches them as one. Each bucket has a fixed input buffer (the
-caller fills all of it, padding rows included, with one copy) and fixed
+A call of ``fn(*inputs)`` launches thousands of small kernels; replaying a
+captured graph launches them as one. Each bucket has fixed input buffers (the
+caller fills all of each, padding rows included, with one copy) and fixed
 outputs. Every bucket is captured at start-up, largest first, from one shared
 memory pool: capturing later would stall the live batch that first needs a
-bucket. ``fn`` must read its inputs only from the tensor it is given and must
-not write into it.
+bucket. ``fn`` must read its inputs only from the tensors it is given (rows
+first) and must not write into them.
 """
 
 from __future__ import annotations
@@ -36,16 +36,18 @@ def default_buckets(largest: int) -> list[int]:
 class BucketGraphs:
     def __init__(
         self,
-        fn: Callable[[torch.Tensor], torch.Tensor],
-        padding: Callable[[int], torch.Tensor],
+        fn: Callable[..., torch.Tensor],
+        padding: Callable[[int], tuple[torch.Tensor, ...]],
         buckets: Sequence[int],
     ) -> None:
-        """``padding(size)``: an input of ``size`` rows that changes nothing a caller
+        """``padding(size)``: inputs of ``size`` rows that change nothing a caller
         relies on (what the graph is captured with; also used to warm up)."""
         self.fn = fn
         self.padding = padding
         self.buckets = sorted(buckets)
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self._graphs: dict[
+            int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], torch.Tensor]
+        ] = {}
 
     @property
     def largest(self) -> int:
@@ -64,7 +66,7 @@ class BucketGraphs:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for size in (self.buckets[-1], self.buckets[0]):
-                self.fn(self.padding(size))  # kernels compiled, workspaces made
+                self.fn(*self.padding(size))  # kernels compiled, workspaces made
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         pool = None
@@ -72,7 +74,7 @@ class BucketGraphs:
             static = self.padding(size)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                out = self.fn(static)
+                out = self.fn(*static)
             pool = graph.pool()
             self._graphs[size] = (graph, static, out)
         torch.cuda.synchronize()
@@ -85,10 +87,11 @@ class BucketGraphs:
         )
         return seconds
 
-    def replay(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Run the graph of ``len(inputs)`` rows (a bucket size); returns its output
+    def replay(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """Run the graph of ``len(inputs[0])`` rows (a bucket size); returns its output
         buffer, overwritten by the next replay of that bucket."""
-        graph, static, out = self._graphs[len(inputs)]
-        static.copy_(inputs, non_blocking=True)
+        graph, static, out = self._graphs[len(inputs[0])]
+        for buffer, value in zip(static, inputs, strict=True):
+            buffer.copy_(value, non_blocking=True)
         graph.replay()
         return out

@@ -52,6 +52,9 @@ class Qwen3Options:
     cuda_graphs: bool = True
     """On CUDA, capture the frame step per batch size at start-up and replay it (False:
     launch every kernel of every step, as on the CPU)."""
+    graph_prefill: bool = False
+    """With ``cuda_graphs``: run prompt positions as one-position rows of captured
+    graphs too (off until measured on a GPU; eager prefill otherwise)."""
     fused_kernels: bool = True
     """On CUDA, fused Triton kernels for RMSNorm and norm + rotary embedding (False:
     PyTorch's own operators, as on the CPU)."""
@@ -218,6 +221,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         kv_blocks=kv_blocks(options, cfg.talker.stack, dtype, device),
         kv_block_size=options.kv_block_size,
         cuda_graphs=options.cuda_graphs,
+        graph_prefill=options.graph_prefill,
         ignore_eos=options.bench_ignore_eos,
         max_frames=options.max_frames,
         streaming_text=options.streaming_text,

@@ -84,6 +84,8 @@ class ARSettings:
     """Positions per KV block."""
     cuda_graphs: bool = True
     """On CUDA, replay the frame step from graphs captured per batch size at start-up."""
+    graph_prefill: bool = False
+    """With ``cuda_graphs``: prompt positions too, as one-position rows of a graph."""
     ignore_eos: bool = False
     """Bench only: never sample end-of-speech, so every context runs to its frame cap."""
 
@@ -188,10 +190,17 @@ class Qwen3Runner(ModelRunner):
         """Each slot's last code 0, as sampled."""
         self._true = torch.ones((), dtype=torch.bool, device=dev)
         self.graphs: BucketGraphs | None = None
+        self.prefill_graphs: BucketGraphs | None = None
         if settings.cuda_graphs and kernel_available(dev):
             self.graphs = BucketGraphs(self._frame, self._frame_padding, default_buckets(slots))
+            if settings.graph_prefill:
+                self.prefill_graphs = BucketGraphs(
+                    self._prompt_positions, self._prompt_padding, default_buckets(slots)
+                )
             with torch.no_grad(), without_cudnn_attention():
                 self.graphs.capture()
+                if self.prefill_graphs is not None:
+                    self.prefill_graphs.capture()
 
     @property
     def max_slots(self) -> int:
@@ -532,10 +541,10 @@ class Qwen3Runner(ModelRunner):
             outs.append(self.graphs.replay(upload(padded, self.device))[: len(part)])
         return steady, torch.cat(outs) if len(outs) > 1 else outs[0]
 
-    def _frame_padding(self, size: int) -> torch.Tensor:
+    def _frame_padding(self, size: int) -> tuple[torch.Tensor]:
         rows = np.empty((size, 4), np.int64)
         rows[:] = (self.cache.scratch_slot, 0, _PAD_ROW, 0)
-        return upload(rows, self.device)
+        return (upload(rows, self.device),)
 
     def _frame(self, inputs: torch.Tensor) -> torch.Tensor:
         """One whole frame for each row of ``inputs`` [B, 4] (slot, talker position,
@@ -637,12 +646,13 @@ class Qwen3Runner(ModelRunner):
         if not batch:
             return None
         counts = [rows.shape[0] for _, rows, _ in batch]
-        embeds = batch[0][1].new_zeros(len(batch), max(counts), batch[0][1].shape[-1])
-        for row, (_, rows, _) in enumerate(batch):
-            embeds[row, : rows.shape[0]] = rows
-        slots = [ctx.slot for ctx, _, _ in batch]
-        starts = [ctx.position for ctx, _, _ in batch]
-        hidden = self.talker(embeds, self.cache, slots, starts, counts)
+        graphs = self.prefill_graphs
+        if graphs is not None and sum(counts) <= graphs.largest:
+            hidden = self._prompt_rows_graphed(batch, graphs)
+            ends = np.cumsum(counts) - 1
+        else:
+            hidden = self._prompt_rows_padded(batch, counts)
+            ends = np.arange(len(batch)) * max(counts) + np.asarray(counts) - 1
         done: list[Qwen3Context] = []
         last: list[int] = []
         for row, (ctx, _, complete) in enumerate(batch):
@@ -650,12 +660,57 @@ class Qwen3Runner(ModelRunner):
             if complete:
                 ctx.phase = Phase.DECODE
                 done.append(ctx)
-                last.append(row)
+                last.append(int(ends[row]))
         if not done:
             return None
-        picked = upload(last, self.device)
-        ends = upload([counts[row] - 1 for row in last], self.device)
-        return done, hidden[picked, ends]
+        return done, hidden[upload(last, self.device)]
+
+    def _prompt_rows_padded(
+        self, batch: list[tuple[Qwen3Context, torch.Tensor, bool]], counts: list[int]
+    ) -> torch.Tensor:
+        """Prompt positions in one padded talker call: hidden states [B * T, H]."""
+        embeds = batch[0][1].new_zeros(len(batch), max(counts), batch[0][1].shape[-1])
+        for row, (_, rows, _) in enumerate(batch):
+            embeds[row, : rows.shape[0]] = rows
+        slots = [ctx.slot for ctx, _, _ in batch]
+        starts = [ctx.position for ctx, _, _ in batch]
+        hidden = self.talker(embeds, self.cache, slots, starts, counts)
+        return hidden.reshape(-1, hidden.shape[-1])
+
+    def _prompt_rows_graphed(
+        self, batch: list[tuple[Qwen3Context, torch.Tensor, bool]], graphs: BucketGraphs
+    ) -> torch.Tensor:
+        """Prompt positions as one-position rows of a captured graph (each row attends
+        to its slot's positions up to its own, which this call writes first): hidden
+        states [sum of counts, H]."""
+        embeds = torch.cat([rows for _, rows, _ in batch])
+        index = np.concatenate(
+            [
+                np.stack((np.full(len(rows), ctx.slot), ctx.position + np.arange(len(rows))), 1)
+                for ctx, rows, _ in batch
+            ]
+        )
+        size = graphs.bucket_for(len(index))
+        assert size is not None
+        padded = np.zeros((size, 2), np.int64)
+        padded[:, 0] = self.cache.scratch_slot
+        padded[: len(index)] = index
+        inputs = embeds.new_zeros(size, embeds.shape[1])
+        inputs[: len(embeds)] = embeds
+        return graphs.replay(upload(padded, self.device), inputs)[: len(embeds)]
+
+    def _prompt_padding(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = np.zeros((size, 2), np.int64)
+        rows[:, 0] = self.cache.scratch_slot
+        hidden = self.cfg.talker.stack.hidden_size
+        return upload(rows, self.device), torch.zeros(
+            size, hidden, dtype=self.dtype, device=self.device
+        )
+
+    def _prompt_positions(self, index: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+        """Talker positions given as rows: (slot, position) [R, 2] and embeddings
+        [R, H] -> hidden states [R, H]. What the prefill graphs capture."""
+        return self.talker.step(embeds, self.cache, index[:, 0], index[:, 1])
 
     def _prompt_rows(self, ctx: Qwen3Context) -> tuple[torch.Tensor, bool] | None:
         """The prompt embeddings [n, H] a context can run now, and whether they end its

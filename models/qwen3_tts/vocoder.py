@@ -83,8 +83,8 @@ class Qwen3Vocoder(Vocoder):
             def run(packed: torch.Tensor) -> torch.Tensor:
                 return self.decoder.run_packed(packed, self._pool)
 
-            def padding(size: int, frames: int = frames) -> torch.Tensor:
-                return upload(self._padding(size, groups * frames + 4), self._pool.device)
+            def padding(size: int, frames: int = frames) -> tuple[torch.Tensor]:
+                return (upload(self._padding(size, groups * frames + 4), self._pool.device),)
 
             self._graphs[frames] = BucketGraphs(run, padding, sizes)
             with torch.no_grad():

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from models.base import ModelInputError, SynthParams, VoiceInfo
-from models.qwen3_tts.audio_input import load_reference_audio
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoiceCloner, VoicePrompt
+from models.reference_audio import load_reference_audio
 
 ISO_LANGUAGES = {
     "en": "english",

@@ -153,14 +153,24 @@ def test_fused_norm_kernels_equal_the_eager_operators() -> None:
         assert (ours.float() - oracle).norm() / oracle.norm() < tol
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_graph_replay_equals_eager(checkpoint: Path, no_tf32: None, temperature: float) -> None:
+@pytest.mark.parametrize(
+    ("temperature", "graph_prefill"), [(0.0, False), (0.9, False), (0.9, True)]
+)
+def test_graph_replay_equals_eager(
+    checkpoint: Path, no_tf32: None, temperature: float, graph_prefill: bool
+) -> None:
     """The captured frame step gives the eager step's codes exactly (fp32, TF32 off):
     greedy, and sampled with a seed (the per-row draws do not depend on the batch),
-    for contexts of different lengths batched and joining at different steps."""
+    for contexts of different lengths batched and joining at different steps; with
+    ``graph_prefill`` the prompts run as graphed one-position rows too."""
     extra = {"temperature": temperature, "max_new_tokens": 40, "seed": 11}
-    options = {"device": "cuda", "dtype": "float32", "max_contexts": 6}
-    eager = load({**options, "cuda_graphs": False}, checkpoint)
+    options = {
+        "device": "cuda",
+        "dtype": "float32",
+        "max_contexts": 6,
+        "graph_prefill": graph_prefill,
+    }
+    eager = load({**options, "cuda_graphs": False, "graph_prefill": False}, checkpoint)
     graphed = load(options, checkpoint)
     assert graphed.runner.graphs is not None and eager.runner.graphs is None  # type: ignore[attr-defined]
     voice = eager.capabilities.default_voice

@@ -293,7 +293,7 @@ def test_mp4_external_data_references_are_not_followed(secrets: dict[str, Path])
 def test_load_reference_audio_refuses_playlists_and_still_decodes(
     secrets: dict[str, Path],
 ) -> None:
-    from models.qwen3_tts.audio_input import load_reference_audio
+    from models.reference_audio import load_reference_audio
 
     path = secrets["secret.wav"]
     armed = arm(path)

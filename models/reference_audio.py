@@ -1,4 +1,4 @@
-"""Reference audio for voice cloning: bytes, base64 or samples -> mono float32 at 24 kHz."""
+"""Reference audio for voice cloning (any family): bytes, base64 or samples -> mono float32 at a rate."""
 
 from __future__ import annotations
 
