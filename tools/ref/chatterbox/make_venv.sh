@@ -11,11 +11,12 @@ venv="${1:-$repo/.venv-ref-chatterbox}"
 python="${PYTHON:-python3}"
 
 # Bump when any pin below changes, so old environments are rebuilt.
-pins="torch==2.13.0 transformers==5.2.0 diffusers==0.29.0 conformer==0.3.2 s3tokenizer==0.3.0 chatterbox-tts==0.1.7 v1"
+pins="torch==2.13.0 torchaudio==2.11.1 transformers==5.2.0 diffusers==0.29.0 conformer==0.3.2 s3tokenizer==0.3.0 chatterbox-tts==0.1.7 v2"
 marker="$venv/.voiceserver-ref-pins"
 
 if [[ -f "$marker" && "$(cat "$marker")" == "$pins" ]] \
-    && PYTHONPATH="$here/stubs" "$venv/bin/python" -c "import chatterbox.tts_turbo" >/dev/null 2>&1; then
+    && PYTHONPATH="$here/stubs" "$venv/bin/python" -c "import chatterbox.tts_turbo, torchaudio.compliance.kaldi" \
+        >/dev/null 2>&1; then
     echo "chatterbox reference env up to date: $venv"
     exit 0
 fi
@@ -28,8 +29,19 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q --no-warn-
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" torch==2.13.0 "numpy<2" transformers==5.2.0 diffusers==0.29.0 conformer==0.3.2 \
     safetensors librosa==0.11.0 omegaconf pyloudnorm einops onnx tqdm
-# torchaudio (no build for torch 2.13), resemble-perth (the watermark: parity is taken
-# before it), gradio, spacy-pkuseg and pykakasi (other models) are left out: stubs stand in.
+# resemble-perth (the watermark: parity is taken before it), gradio, spacy-pkuseg and
+# pykakasi (other models) are left out: stubs stand in.
 "${pip[@]}" --no-deps s3tokenizer==0.3.0 chatterbox-tts==0.1.7
+# torchaudio: the oracle for the clone path's Kaldi filterbank (CAM++'s input) and 24 -> 16 kHz
+# resampling, both pure Python over torch. No build targets torch 2.13; PyPI's 2.11.1 wheel
+# asks only torch>=2.11, but its compiled ops are a CUDA build (they need libc10_cuda.so,
+# which the CPU torch lacks) and torchaudio refuses to import when they fail to load. With
+# the libraries removed it imports with its extension off (its own path for a missing
+# library), and compliance.kaldi and transforms.Resample never touch them.
+"${pip[@]}" --no-deps torchaudio==2.11.1
+site="$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")"
+rm -f "$site"/torchaudio/lib/*.so
+"$venv/bin/python" -c "import torchaudio.compliance.kaldi, torchaudio.transforms" \
+    || { echo "torchaudio does not import in $venv" >&2; exit 1; }
 echo "$pins" >"$marker"
 echo "chatterbox reference env ready: $venv"
