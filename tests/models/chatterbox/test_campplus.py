@@ -8,9 +8,6 @@ whole path ``embed_ref`` takes from a 24 kHz clip (resample, then CAM++)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,7 @@ from models.chatterbox.campplus import EMBEDDING, PREFIX, load_campplus
 from models.chatterbox.fbank import frame_count, kaldi_fbank, xvector_features
 from models.chatterbox.resample import resample
 from tests.models.chatterbox.ckpt_campplus import add_campplus_tensors, speechlike
-from tests.models.chatterbox.reference import REF_PYTHON, REPO
+from tests.models.chatterbox.reference import REPO, run_reference
 
 RUNNER = REPO / "tools" / "ref" / "chatterbox" / "ref_xvector.py"
 
@@ -36,27 +33,7 @@ OTHER_RATES = {"r44": (44_100, 16_000), "r22": (22_050, 16_000), "up24": (16_000
 
 
 def run_ref_xvector(checkpoint: Path, job: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Each task's arrays by ``<id>.<name>``, from tools/ref/chatterbox/ref_xvector.py."""
-    if not REF_PYTHON.exists():
-        pytest.fail(f"reference env missing: {REF_PYTHON} (tools/ref/chatterbox/make_venv.sh)")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run(
-        [str(REF_PYTHON), str(RUNNER), str(checkpoint), str(out / "job.json"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "REF_THREADS": "2"},
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"reference run failed:\n{proc.stderr[-4000:]}")
-    result = json.loads((out / "result.json").read_text())
-    found: dict[str, Any] = {"torchaudio": result["torchaudio"]}
-    for item in result["results"]:
-        for name, value in item.items():
-            if name != "id":
-                found[f"{item['id']}.{name}"] = np.load(out / value)
-    return found
+    return run_reference(checkpoint, job, out, RUNNER)
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,6 @@ compute equals the one librosa gives the reference."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,7 @@ from models.chatterbox.s3_tokenizer import (
     mel_filters,
 )
 from tests.models.chatterbox.ckpt_s3tok import add_tokenizer_tensors
-from tests.models.chatterbox.reference import REF_PYTHON, REPO
+from tests.models.chatterbox.reference import REPO, run_reference
 
 RUNNER = REPO / "tools" / "ref" / "chatterbox" / "ref_tokenizer.py"
 SR = 16_000
@@ -67,26 +64,7 @@ def speechlike(seconds: float, seed: int) -> np.ndarray:
 
 
 def run_ref_tokenizer(checkpoint: Path, job: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Each task's arrays by ``<id>.<name>``, from tools/ref/chatterbox/ref_tokenizer.py."""
-    if not REF_PYTHON.exists():
-        pytest.fail(f"reference env missing: {REF_PYTHON} (tools/ref/chatterbox/make_venv.sh)")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run(
-        [str(REF_PYTHON), str(RUNNER), str(checkpoint), str(out / "job.json"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "REF_THREADS": "2"},
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"reference run failed:\n{proc.stderr[-4000:]}")
-    found: dict[str, Any] = {}
-    for result in json.loads((out / "result.json").read_text())["results"]:
-        for name, value in result.items():
-            if name != "id":
-                found[f"{result['id']}.{name}"] = np.load(out / value)
-    return found
+    return run_reference(checkpoint, job, out, RUNNER)
 
 
 @pytest.fixture(scope="module")

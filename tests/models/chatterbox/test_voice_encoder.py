@@ -10,9 +10,6 @@ coverage rule and padded (8 s with a quiet start trimmed). fp32 throughout.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +29,7 @@ from models.chatterbox.voice_encoder import (
     window_count,
 )
 from tests.models.chatterbox.ckpt_ve import build_ve, ve_tensors
-from tests.models.chatterbox.reference import REF_PYTHON, REPO
+from tests.models.chatterbox.reference import REPO, run_reference
 
 RUNNER = REPO / "tools" / "ref" / "chatterbox" / "ref_voice.py"
 
@@ -62,27 +59,8 @@ def clip(seconds: float, seed: int, lead: float = 0.0, tail: float = 0.0, sr: in
     return wav.astype(np.float32)
 
 
-def run_ref_voice(checkpoint: Path, job: dict[str, Any], out: Path) -> dict[str, np.ndarray]:
-    """Each task's arrays by ``<id>.<name>`` (the reference env is built by ``make test``)."""
-    if not REF_PYTHON.exists():
-        pytest.fail(f"reference env missing: {REF_PYTHON} (tools/ref/chatterbox/make_venv.sh)")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run(
-        [str(REF_PYTHON), str(RUNNER), str(checkpoint), str(out / "job.json"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "REF_THREADS": "2"},
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"reference run failed:\n{proc.stderr[-4000:]}")
-    found = {}
-    for result in json.loads((out / "result.json").read_text())["results"]:
-        for name, value in result.items():
-            if name != "id":
-                found[f"{result['id']}.{name}"] = np.load(out / value)
-    return found
+def run_ref_voice(checkpoint: Path, job: dict[str, Any], out: Path) -> dict[str, Any]:
+    return run_reference(checkpoint, job, out, RUNNER)
 
 
 def loudness_cases() -> dict[str, tuple[np.ndarray, int, float]]:
