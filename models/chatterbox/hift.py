@@ -207,11 +207,13 @@ class HiFT(nn.Module):
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """Mel [B, 80, F] and its excitation [B, 1, F * 480] -> audio [B, F * 480]."""
+        # The transforms run in float32 whatever the weights' dtype: FFTs take no bf16.
+        window = self.window.float()
         spec = torch.stft(
-            source.squeeze(1), N_FFT, STFT_HOP, N_FFT, window=self.window, return_complex=True
+            source.squeeze(1).float(), N_FFT, STFT_HOP, N_FFT, window=window, return_complex=True
         )
         spec = torch.view_as_real(spec)
-        spec = torch.cat([spec[..., 0], spec[..., 1]], dim=1)  # [B, 18, 120 F + 1]
+        spec = torch.cat([spec[..., 0], spec[..., 1]], dim=1).to(mel.dtype)  # [B, 18, 120 F + 1]
 
         x = self.conv_pre(mel)
         per_stage = len(RESBLOCK_KERNELS)
@@ -227,12 +229,12 @@ class HiFT(nn.Module):
                 total = total + block(x)
             x = total / per_stage
 
-        x = self.conv_post(F.leaky_relu(x))
+        x = self.conv_post(F.leaky_relu(x)).float()
         bins = N_FFT // 2 + 1
         magnitude = torch.exp(x[:, :bins]).clamp(max=MAX_MAGNITUDE)
         phase = torch.sin(x[:, bins:])
         spectrum = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-        audio = torch.istft(spectrum, N_FFT, STFT_HOP, N_FFT, window=self.window)
+        audio = torch.istft(spectrum, N_FFT, STFT_HOP, N_FFT, window=window)
         return audio.clamp(-AUDIO_LIMIT, AUDIO_LIMIT)
 
     def forward(self, mel: torch.Tensor, rand: SourceNoise) -> torch.Tensor:

@@ -48,6 +48,9 @@ class ChatterboxOptions:
     top_k: int = DEFAULT_SAMPLING.top_k
     top_p: float = DEFAULT_SAMPLING.top_p
     repetition_penalty: float = DEFAULT_SAMPLING.repetition_penalty
+    bench_ignore_eos: bool = False
+    """Benchmarks only: never sample the stop token, so every utterance runs to its
+    cap (random weights stop at random)."""
 
 
 def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
@@ -112,5 +115,6 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         options.kv_capacity,
         sampling,
         options.max_new_tokens,
+        options.bench_ignore_eos,
     )
     return LoadedModel(runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype))

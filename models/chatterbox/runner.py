@@ -108,6 +108,7 @@ class ChatterboxRunner(ModelRunner):
         capacity: int,
         sampling: T3Sampling = DEFAULT_SAMPLING,
         max_tokens: int = MAX_UTTERANCE_TOKENS,
+        ignore_stop: bool = False,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -115,7 +116,7 @@ class ChatterboxRunner(ModelRunner):
         self.capabilities = capabilities
         self.sampling = sampling
         self.max_tokens = max_tokens
-        self.t3 = T3Slots(model, slots, capacity)
+        self.t3 = T3Slots(model, slots, capacity, ignore_stop)
         self.capacity = capacity
         self.contexts: list[_Context | None] = [None] * slots
         self._fields = {f.name: f for f in capabilities.request_fields}

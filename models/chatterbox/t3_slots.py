@@ -35,8 +35,9 @@ class Utterance:
 
 
 class T3Slots:
-    def __init__(self, model: T3, slots: int, capacity: int) -> None:
+    def __init__(self, model: T3, slots: int, capacity: int, ignore_stop: bool = False) -> None:
         cfg = model.cfg
+        self.ignore_stop = ignore_stop
         param = model.speech_head.weight
         self.model, self.device, self.dtype = model, param.device, param.dtype
         self.cache = SlotKVCache(
@@ -114,6 +115,8 @@ class T3Slots:
             settings[:, 3],
             seen,
         )
+        if self.ignore_stop:  # bench only: random weights stop at random
+            scores[:, self.model.cfg.stop_speech] = float("-inf")
         out = draw(scores, self._greedy[ids], self._key[ids], self._draws[ids], self._hash)
         self._draws[ids] += 1
         if first:  # from now on the penalty covers only the sampled ids

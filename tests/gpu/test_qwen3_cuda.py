@@ -154,7 +154,7 @@ def test_fused_norm_kernels_equal_the_eager_operators() -> None:
 
 
 @pytest.mark.parametrize(
-    ("temperature", "graph_prefill"), [(0.0, False), (0.9, False), (0.9, True)]
+    ("temperature", "graph_prefill"), [(0.0, False), (0.9, False), (0.0, True), (0.9, True)]
 )
 def test_graph_replay_equals_eager(
     checkpoint: Path, no_tf32: None, temperature: float, graph_prefill: bool

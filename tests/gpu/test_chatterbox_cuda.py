@@ -1,0 +1,74 @@
+"""Chatterbox Turbo on CUDA gives the CPU's tokens and audio.
+
+Runs only where a GPU is present (the lent H200); CI has none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from models.base import LoadedModel, SynthParams
+from models.chatterbox.loader import load
+from tests.models.chatterbox.ckpt_full import build_checkpoint
+from tests.models.drive import chunk_items, units_of
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+TEXT = "Hello there, how are you today? A second clause follows it."
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_checkpoint(tmp_path_factory.mktemp("cbx") / "ckpt", seed=3)
+
+
+@pytest.fixture
+def no_tf32():  # type: ignore[no-untyped-def]
+    """fp32 on CUDA is only comparable with the CPU when TF32 is off."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def speak(model: LoadedModel, extra: dict) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each unit's tokens and its audio, decoded as the engine hands a unit over."""
+    params = SynthParams(voice="default", extra=extra)
+    units = units_of(model, params, model.runner.encode_text(TEXT))
+    stream = model.vocoder.new_stream(model.runner.prepare(params).conditioning)
+    audio = [
+        np.concatenate(model.vocoder.decode(chunk_items(model, stream, u, [len(u)]))) for u in units
+    ]
+    return units, audio
+
+
+def test_cuda_fp32_equals_cpu(checkpoint: Path, no_tf32: None) -> None:
+    extra = {"temperature": 0.0, "max_new_tokens": 30, "seed": 5}
+    cpu = load({"device": "cpu"}, checkpoint)
+    gpu = load({"device": "cuda"}, checkpoint)
+    tokens_cpu, audio_cpu = speak(cpu, extra)
+    tokens_gpu, audio_gpu = speak(gpu, extra)
+    assert len(tokens_cpu) == 1 and len(audio_cpu) == 1  # one utterance
+    for a, b, wa, wb in zip(tokens_cpu, tokens_gpu, audio_cpu, audio_gpu, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert wa.shape == wb.shape == (len(a) * 960,)
+        assert np.abs(wa - wb).max() < 1e-3
+
+
+def test_bf16_bench_ignore_eos_runs_every_utterance_to_its_cap(checkpoint: Path) -> None:
+    model = load(
+        {"device": "cuda", "dtype": "bfloat16", "bench_ignore_eos": True, "max_new_tokens": 40},
+        checkpoint,
+    )
+    tokens, audio = speak(model, {"temperature": 0.8, "seed": 1})
+    for unit, wav in zip(tokens, audio, strict=True):
+        # 40 tokens, then the 3 silence tokens; a sampled start id (6561) is no frame.
+        assert 38 + 3 <= len(unit) <= 40 + 3 and unit.reshape(-1)[-3:].tolist() == [4299] * 3
+        assert np.isfinite(wav).all() and np.abs(wav).max() > 0
