@@ -63,5 +63,14 @@ def load_reference_audio(
     if seconds > max_s:
         raise _bad(f"too long ({seconds:.2f} s; at most {max_s} s)")
     if rate != target_rate:
-        wav = soxr.resample(wav, rate, target_rate, quality="HQ").astype(np.float32)
+        wav = resample_like_librosa(wav, rate, target_rate)
     return wav
+
+
+def resample_like_librosa(wav: np.ndarray, rate: int, target_rate: int) -> np.ndarray:
+    """soxr's high quality, then cut or zero-padded to ``ceil(len * target / rate)``
+    samples: what ``librosa.load(sr=...)`` gives, which the families' references load
+    clips with (soxr alone can be one sample shorter)."""
+    out = soxr.resample(wav, rate, target_rate, quality="HQ").astype(np.float32)
+    size = int(np.ceil(len(wav) * (float(target_rate) / rate)))
+    return np.pad(out[:size], (0, max(0, size - len(out))))

@@ -11,19 +11,24 @@ import torch
 from safetensors.torch import load_file
 
 from models.base import Capabilities, LoadedModel, VoiceInfo, parse_options
+from models.chatterbox.campplus import load_campplus
 from models.chatterbox.checkpoint import CheckpointError, load_t3
+from models.chatterbox.clone import VoiceCloner
 from models.chatterbox.flow import Flow
 from models.chatterbox.hift import load_hift
 from models.chatterbox.runner import (
+    CLONE_VOICE,
     DEFAULT_SAMPLING,
     MAX_UTTERANCE_TOKENS,
     REQUEST_FIELDS,
     ChatterboxRunner,
 )
+from models.chatterbox.s3_tokenizer import load_s3_tokenizer
 from models.chatterbox.s3gen import S3Gen
 from models.chatterbox.sampling import T3Sampling
 from models.chatterbox.text import load_text_tokenizer
 from models.chatterbox.vocoder import ChatterboxVocoder
+from models.chatterbox.voice_encoder import load_voice_encoder
 from models.chatterbox.voices import BUILTIN_VOICE, load_builtin
 
 S3GEN_FILE = "s3gen_meanflow.safetensors"
@@ -48,6 +53,10 @@ class ChatterboxOptions:
     top_k: int = DEFAULT_SAMPLING.top_k
     top_p: float = DEFAULT_SAMPLING.top_p
     repetition_penalty: float = DEFAULT_SAMPLING.repetition_penalty
+    ref_audio_min_s: float = 5.0
+    """Shortest reference audio a clone takes (the reference refuses 5 s or less)."""
+    ref_audio_max_s: float = 60.0
+    """Longest reference audio accepted (T3 reads its first 15 s, S3Gen its first 10)."""
     bench_ignore_eos: bool = False
     """Benchmarks only: never sample the stop token, so every utterance runs to its
     cap (random weights stop at random)."""
@@ -90,15 +99,16 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     except ValueError as err:
         raise CheckpointError(f"{s3gen_path}: {err}") from err
     s3gen = S3Gen(flow.to(device, dtype), hift.to(device, dtype))
+    cloner = _cloner(root, state, device)
     builtin = load_builtin(root)
-    if builtin is None:
-        raise CheckpointError(f"{root}: no conds.pt (the built-in voice); cloning comes later")
-    voices = {BUILTIN_VOICE: builtin}
+    voices = {BUILTIN_VOICE: builtin} if builtin is not None else {}
+    infos = [VoiceInfo(name, "en") for name in voices]
+    infos.append(VoiceInfo(CLONE_VOICE, "en", "voice cloned from ref_audio"))
     capabilities = Capabilities(
         family="chatterbox",
         sample_rate=ChatterboxVocoder.sample_rate,
         samples_per_frame=ChatterboxVocoder.samples_per_frame,
-        voices=tuple(VoiceInfo(name, "en") for name in voices),
+        voices=tuple(infos),
         languages=("en",),
         max_frames_per_context=0,
         request_fields=REQUEST_FIELDS,
@@ -116,5 +126,21 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         sampling,
         options.max_new_tokens,
         options.bench_ignore_eos,
+        cloner,
+        (options.ref_audio_min_s, options.ref_audio_max_s),
     )
     return LoadedModel(runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype))
+
+
+def _cloner(root: Path, state: dict[str, torch.Tensor], device: torch.device) -> VoiceCloner:
+    """The cloning encoders: ``ve.safetensors`` and S3Gen's ``tokenizer.*`` and
+    ``speaker_encoder.*`` tensors. All three stay float32 whatever the model's dtype:
+    they are small, run once a voice, and bf16 changes about one prompt token in
+    twenty (the reference keeps them float32 too)."""
+    voice_encoder = load_voice_encoder(root, device, torch.float32)
+    try:
+        tokenizer = load_s3_tokenizer(state, device, torch.float32)
+        campplus = load_campplus(state).to(device)
+    except ValueError as err:
+        raise CheckpointError(f"{root / S3GEN_FILE}: {err}") from err
+    return VoiceCloner(voice_encoder, tokenizer, campplus)

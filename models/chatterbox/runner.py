@@ -14,7 +14,7 @@ import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ import torch
 from models.base import (
     INT64,
     Capabilities,
+    ClonedVoice,
     ModelInputError,
     ModelRunner,
     Prepared,
@@ -30,12 +31,17 @@ from models.base import (
     StepResult,
     SynthParams,
 )
+from models.chatterbox.s3gen import Conditioning
 from models.chatterbox.sampling import T3Sampling
 from models.chatterbox.t3 import T3
 from models.chatterbox.t3_slots import T3Slots, Utterance
 from models.chatterbox.text import TextTokenizer, normalize
 from models.chatterbox.vocoder import StreamConditioning
 from models.random_draws import key_of
+from models.reference_audio import load_reference_audio
+
+if TYPE_CHECKING:
+    from models.chatterbox.clone import VoiceCloner
 
 SILENCE_TOKEN = 4299
 """S3Gen's silence; the reference ends every utterance with three."""
@@ -52,10 +58,39 @@ REQUEST_FIELDS = (
     RequestField(
         "max_new_tokens", "integer", 1, MAX_UTTERANCE_TOKENS, doc="cap per utterance (25 a second)"
     ),
+    RequestField("ref_audio", "audio", doc="audio of a voice to clone (more than 5 s)"),
+    RequestField("ref_audio_sample_rate", "integer", 1, 384000, doc="with raw samples"),
 )
+CLONE_VOICE = "clone"
+"""The voice name of a context that brings its own reference audio."""
+CLONE_RATE = 24_000
 
 
 DEFAULT_SAMPLING = T3Sampling()
+SPEECH_TOKENS = 6561
+"""S3 speech tokens (the ids below start-of-speech): what a voice's prompts hold."""
+
+
+def _stored(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...], kind: type) -> None:
+    """Refuse a stored voice whose ``key`` is missing or not ``shape`` (-1: any) of
+    finite values of ``kind`` (integers: speech tokens)."""
+    value = arrays.get(key)
+    ok = (
+        value is not None
+        and np.issubdtype(value.dtype, kind)
+        and value.size > 0
+        and value.ndim == len(shape)
+        and all(want in (-1, got) for want, got in zip(shape, value.shape, strict=True))
+        and bool(np.all(np.isfinite(value)))
+    )
+    if ok and kind is np.integer:
+        ok = bool(value.min() >= 0 and value.max() < SPEECH_TOKENS)
+    if not ok:
+        raise ModelInputError(
+            f"voice: not a Chatterbox voice (its {key} does not fit this model)",
+            param="voice",
+            code="unsupported_value",
+        )
 
 
 @dataclass(frozen=True)
@@ -95,7 +130,6 @@ class ChatterboxRunner(ModelRunner):
     frame_dtype = np.int64
     frame_dim = 1
     max_frames_per_step = 1 + len(TAIL)
-    prepares_inline = True
     encodes_inline = True
 
     def __init__(
@@ -109,6 +143,8 @@ class ChatterboxRunner(ModelRunner):
         sampling: T3Sampling = DEFAULT_SAMPLING,
         max_tokens: int = MAX_UTTERANCE_TOKENS,
         ignore_stop: bool = False,
+        cloner: VoiceCloner | None = None,
+        ref_audio_seconds: tuple[float, float] = (5.0, 60.0),
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -120,6 +156,10 @@ class ChatterboxRunner(ModelRunner):
         self.capacity = capacity
         self.contexts: list[_Context | None] = [None] * slots
         self._fields = {f.name: f for f in capabilities.request_fields}
+        self.cloner = cloner
+        self.ref_audio_seconds = ref_audio_seconds
+        # Cloning decodes audio and runs three encoders: not for the event loop.
+        self.prepares_inline = cloner is None
 
     @property
     def max_slots(self) -> int:
@@ -131,7 +171,41 @@ class ChatterboxRunner(ModelRunner):
         self._sampling(params)
         self._voice(params)
 
-    def _voice(self, params: SynthParams) -> Voice:
+    def _voice(self, params: SynthParams, build: bool = False) -> Voice | None:
+        """The context's voice: a stored one (``voice_prompt``), one cloned from
+        ``ref_audio`` (only when ``build``: decoding and encoding are slow), else the
+        named one. None when a clone is due but not built."""
+        extra = params.extra
+        stored = extra.get("voice_prompt")
+        if stored is not None:
+            if not isinstance(stored, Voice):
+                raise ModelInputError(
+                    "voice_prompt: must be a stored Chatterbox voice",
+                    param="voice_prompt",
+                    code="invalid_field",
+                )
+            return stored
+        if extra.get("ref_audio") is not None:
+            if self.cloner is None:
+                raise ModelInputError(
+                    "ref_audio: this model cannot clone voices",
+                    param="ref_audio",
+                    code="unsupported_value",
+                )
+            if not build:
+                return None
+            low, high = self.ref_audio_seconds
+            wav = load_reference_audio(
+                extra["ref_audio"], extra.get("ref_audio_sample_rate"), CLONE_RATE, low, high
+            )
+            return self.cloner.clone(wav)
+        if params.voice == CLONE_VOICE:
+            raise ModelInputError(
+                f"ref_audio: voice {CLONE_VOICE!r} needs reference audio (more than 5 s "
+                "of speech, base64) or a stored voice's name",
+                param="ref_audio",
+                code="missing_field",
+            )
         if params.voice not in self.voices:
             known = ", ".join(sorted(self.voices))
             raise ModelInputError(
@@ -141,9 +215,47 @@ class ChatterboxRunner(ModelRunner):
             )
         return self.voices[params.voice]
 
+    # -- stored voices -------------------------------------------------------------
+
+    def clone_voice(self, ref_audio: bytes, options: Mapping[str, Any]) -> ClonedVoice:
+        """The voice of ``ref_audio`` (an audio file, more than 5 s) as arrays the
+        server stores; Chatterbox needs no transcript (``options`` are not used)."""
+        voice = self._voice(SynthParams(voice=CLONE_VOICE, extra={"ref_audio": ref_audio}), True)
+        assert voice is not None and voice.decoder is not None
+        d = voice.decoder
+        arrays = {
+            "speaker": np.asarray(voice.speaker, np.float32),
+            "prompt": np.asarray(voice.prompt, np.int64),
+            "decoder_tokens": d.prompt_tokens.reshape(-1).numpy().astype(np.int64),
+            "decoder_mel": d.prompt_mel[0].float().numpy(),
+            "decoder_embedding": d.embedding.reshape(-1).float().numpy(),
+        }
+        return ClonedVoice(arrays, {"family": "chatterbox"})
+
+    def voice_settings(self, voice: ClonedVoice) -> tuple[str, dict[str, Any]]:
+        """A stored voice -> ``voice="clone"`` with its ``voice_prompt``; arrays of
+        another model's making are refused, not mis-read."""
+        a = voice.arrays
+        for key, shape in (
+            ("speaker", (256,)),
+            ("decoder_mel", (-1, 80)),
+            ("decoder_embedding", (192,)),
+        ):
+            _stored(a, key, shape, np.floating)
+        for key in ("prompt", "decoder_tokens"):
+            _stored(a, key, (-1,), np.integer)
+        decoder = Conditioning(
+            torch.from_numpy(a["decoder_tokens"].astype(np.int64)).reshape(1, -1),
+            torch.from_numpy(a["decoder_mel"].astype(np.float32))[None],
+            torch.from_numpy(a["decoder_embedding"].astype(np.float32))[None],
+        )
+        stored = Voice(a["speaker"].astype(np.float32), a["prompt"].astype(np.int64), decoder)
+        return CLONE_VOICE, {"voice_prompt": stored}
+
     def prepare(self, params: SynthParams) -> ChatterboxPrepared:
         sampling, seed, cap = self._sampling(params)
-        voice = self._voice(params)
+        voice = self._voice(params, build=True)
+        assert voice is not None
         key = key_of(seed if seed is not None else random.getrandbits(64))
         return ChatterboxPrepared(
             conditioning=StreamConditioning(voice.decoder, key) if voice.decoder else None,

@@ -32,6 +32,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.mel import mel_filterbank
+
 SAMPLE_RATE = 16_000
 N_FFT = 400
 HOP = 160
@@ -61,40 +63,12 @@ PREFIX = "tokenizer."
 # -- front end ---------------------------------------------------------------------
 
 
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
-    """Slaney's mel scale: linear (200/3 Hz a mel) below 1 kHz, logarithmic above."""
-    hz = np.asarray(hz, dtype=np.float64)
-    mel = hz / (200.0 / 3)
-    log_step = np.log(6.4) / 27.0
-    high = hz >= 1000.0
-    mel = np.where(high, 15.0 + np.log(np.where(high, hz, 1000.0) / 1000.0) / log_step, mel)
-    return mel
-
-
-def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
-    mel = np.asarray(mel, dtype=np.float64)
-    hz = (200.0 / 3) * mel
-    log_step = np.log(6.4) / 27.0
-    high = mel >= 15.0
-    return np.where(high, 1000.0 * np.exp(log_step * (np.where(high, mel, 15.0) - 15.0)), hz)
-
-
 def mel_filters(
     sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = MELS
 ) -> torch.Tensor:
-    """Slaney-normalised triangular mel filters from 0 Hz to Nyquist, [n_mels, n_fft // 2 + 1]
-    float32: librosa's ``filters.mel`` defaults, computed the same way (float64 edges,
-    triangles rounded to float32, then scaled by the band's 2 / width in float64)."""
-    bins = np.fft.rfftfreq(n=n_fft, d=1.0 / sample_rate)
-    top = _hz_to_mel(np.float64(sample_rate / 2.0))
-    edges = _mel_to_hz(np.linspace(0.0, float(top), n_mels + 2))
-    widths = np.diff(edges)
-    ramps = np.subtract.outer(edges, bins)
-    rising = -ramps[:n_mels] / widths[:n_mels, None]
-    falling = ramps[2:] / widths[1:, None]
-    triangles = np.maximum(0, np.minimum(rising, falling)).astype(np.float32)
-    scale = 2.0 / (edges[2 : n_mels + 2] - edges[:n_mels])
-    return torch.from_numpy((triangles.astype(np.float64) * scale[:, None]).astype(np.float32))
+    """Slaney mel filters from 0 Hz to Nyquist, [n_mels, n_fft // 2 + 1] float32
+    (librosa's ``filters.mel`` defaults)."""
+    return torch.from_numpy(mel_filterbank(sample_rate, n_fft, n_mels, 0.0, sample_rate / 2))
 
 
 def rotary_table(head_dim: int = WIDTH // HEADS, positions: int = ROTARY_POSITIONS) -> torch.Tensor:

@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from models.chatterbox.checkpoint import CheckpointError
+from models.mel import mel_filterbank
 
 VE_FILE = "ve.safetensors"
 
@@ -127,40 +128,8 @@ def trim_silence(wav: np.ndarray, cfg: VoiceEncoderConfig = CONFIG) -> np.ndarra
 
 @lru_cache(maxsize=4)
 def mel_filters(cfg: VoiceEncoderConfig = CONFIG) -> np.ndarray:
-    """Triangular mel filters [mels, 1 + n_fft // 2] float32 on the Slaney mel
-    scale (linear below 1 kHz, logarithmic above), each scaled to unit area
-    (Slaney's normalisation: 2 / its band's width in Hz)."""
-    bins = np.fft.rfftfreq(cfg.n_fft, d=1.0 / cfg.sample_rate)
-    lo, hi = _hz_to_mel(np.asarray([cfg.fmin, cfg.fmax], dtype=np.float64))
-    edges = _mel_to_hz(np.linspace(lo, hi, cfg.mels + 2))  # band edges and centres, Hz
-    widths = np.diff(edges)
-    weights = np.zeros((cfg.mels, bins.size), dtype=np.float32)
-    for m in range(cfg.mels):
-        rising = (bins - edges[m]) / widths[m]
-        falling = (edges[m + 2] - bins) / widths[m + 1]
-        weights[m] = np.maximum(0.0, np.minimum(rising, falling))
-    area = 2.0 / (edges[2 : cfg.mels + 2] - edges[: cfg.mels])
-    return (weights * area[:, None]).astype(np.float32)
-
-
-_MEL_LINEAR_HZ = 200.0 / 3  # Hz per mel below the break
-_MEL_BREAK_HZ = 1000.0
-_MEL_LOG_STEP = np.log(6.4) / 27.0  # log-Hz per mel above the break
-
-
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
-    mel = hz / _MEL_LINEAR_HZ
-    above = hz >= _MEL_BREAK_HZ
-    mel[above] = _MEL_BREAK_HZ / _MEL_LINEAR_HZ + np.log(hz[above] / _MEL_BREAK_HZ) / _MEL_LOG_STEP
-    return mel
-
-
-def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
-    hz = _MEL_LINEAR_HZ * mel
-    brk = _MEL_BREAK_HZ / _MEL_LINEAR_HZ
-    above = mel >= brk
-    hz[above] = _MEL_BREAK_HZ * np.exp(_MEL_LOG_STEP * (mel[above] - brk))
-    return hz
+    """Slaney mel filters [mels, 1 + n_fft // 2] float32 (librosa's defaults)."""
+    return mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.mels, cfg.fmin, cfg.fmax)
 
 
 def melspectrogram(wav: np.ndarray, cfg: VoiceEncoderConfig = CONFIG) -> np.ndarray:

@@ -84,8 +84,10 @@ class ARSettings:
     """Positions per KV block."""
     cuda_graphs: bool = True
     """On CUDA, replay the frame step from graphs captured per batch size at start-up."""
-    graph_prefill: bool = False
-    """With ``cuda_graphs``: prompt positions too, as one-position rows of a graph."""
+    graph_prefill_rows: int = 64
+    """With ``cuda_graphs``: a step's prompt positions up to this many run as
+    one-position rows of graphs captured for them; more (a burst of arrivals), or 0,
+    run eagerly in one padded call."""
     ignore_eos: bool = False
     """Bench only: never sample end-of-speech, so every context runs to its frame cap."""
 
@@ -193,9 +195,11 @@ class Qwen3Runner(ModelRunner):
         self.prefill_graphs: BucketGraphs | None = None
         if settings.cuda_graphs and kernel_available(dev):
             self.graphs = BucketGraphs(self._frame, self._frame_padding, default_buckets(slots))
-            if settings.graph_prefill:
+            if settings.graph_prefill_rows > 0:
                 self.prefill_graphs = BucketGraphs(
-                    self._prompt_positions, self._prompt_padding, default_buckets(slots)
+                    self._prompt_positions,
+                    self._prompt_padding,
+                    default_buckets(settings.graph_prefill_rows),
                 )
             with torch.no_grad(), without_cudnn_attention():
                 self.graphs.capture()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models.qwen3_tts.mel import log_mel
+from models.mel import log_mel
 from models.qwen3_tts.mimi_encoder import MimiEncoder
 from models.qwen3_tts.speaker_encoder import SpeakerEncoder
 

@@ -153,24 +153,23 @@ def test_fused_norm_kernels_equal_the_eager_operators() -> None:
         assert (ours.float() - oracle).norm() / oracle.norm() < tol
 
 
-@pytest.mark.parametrize(
-    ("temperature", "graph_prefill"), [(0.0, False), (0.9, False), (0.0, True), (0.9, True)]
-)
+@pytest.mark.parametrize(("temperature", "prefill_rows"), [(0.0, 0), (0.9, 0), (0.0, 64), (0.9, 8)])
 def test_graph_replay_equals_eager(
-    checkpoint: Path, no_tf32: None, temperature: float, graph_prefill: bool
+    checkpoint: Path, no_tf32: None, temperature: float, prefill_rows: int
 ) -> None:
     """The captured frame step gives the eager step's codes exactly (fp32, TF32 off):
     greedy, and sampled with a seed (the per-row draws do not depend on the batch),
     for contexts of different lengths batched and joining at different steps; with
-    ``graph_prefill`` the prompts run as graphed one-position rows too."""
+    ``graph_prefill_rows`` the prompts run as graphed one-position rows too (at 8,
+    a step's larger prompts run eagerly: both paths in one run)."""
     extra = {"temperature": temperature, "max_new_tokens": 40, "seed": 11}
     options = {
         "device": "cuda",
         "dtype": "float32",
         "max_contexts": 6,
-        "graph_prefill": graph_prefill,
+        "graph_prefill_rows": prefill_rows,
     }
-    eager = load({**options, "cuda_graphs": False, "graph_prefill": False}, checkpoint)
+    eager = load({**options, "cuda_graphs": False, "graph_prefill_rows": 0}, checkpoint)
     graphed = load(options, checkpoint)
     assert graphed.runner.graphs is not None and eager.runner.graphs is None  # type: ignore[attr-defined]
     voice = eager.capabilities.default_voice

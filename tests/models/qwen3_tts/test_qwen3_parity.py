@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from models.base import LoadedModel, SynthParams
+from models.mel import mel_filterbank
 from models.qwen3_tts.loader import load
-from models.qwen3_tts.mel import mel_filterbank
 from models.qwen3_tts.params import WHOLE_TEXT_STREAMING
 from models.qwen3_tts.voices import ISO_LANGUAGES
 from tests.models.qwen3_tts.driver import Job, JobResult, decode_chunked, run_jobs

@@ -28,6 +28,11 @@ JOB.json: {"t3_sizes"?: {...}, "tasks": [TASK, ...]}; each TASK has "kind" and "
 - {"kind": "conds", "id"} -> OUT/<id>.<field>.npy for each tensor of CKPT/conds.pt as
    ``Conditionals.load`` reads it (the built-in voice): t3_speaker_emb,
    t3_cond_prompt_speech_tokens, gen_prompt_token, gen_prompt_feat, gen_embedding
+- {"kind": "clone", "id", "wav" (an audio file)} -> the same fields as "conds", of the
+   voice ``ChatterboxTurboTTS.prepare_conditionals(wav)`` computes (librosa load at
+   24 kHz, loudness, voice encoder, S3 tokenizer, CAM++, prompt mel), with T3, S3Gen
+   (all four parts) and the voice encoder (CKPT/ve.safetensors) built as ``from_local``
+   builds them
 S3Gen is built as ``from_local`` builds it (``S3Gen(meanflow=True)``); each of its parts
 that a checkpoint holds (``flow.``, ``mel2wav.``, ``speaker_encoder.``, ``tokenizer.``
 prefixes of ``s3gen_meanflow.safetensors``) is loaded strictly, so the tests can check
@@ -161,14 +166,37 @@ def run_s3gen(s3gen, task: dict, out: Path) -> dict:  # noqa: ANN001
 def run_conds(ckpt: Path, task: dict, out: Path) -> dict:
     from chatterbox.tts_turbo import Conditionals
 
-    conds = Conditionals.load(ckpt / "conds.pt")
+    return save_conds(Conditionals.load(ckpt / "conds.pt"), task, out)
+
+
+def build_tts(ckpt: Path, t3, s3gen):  # noqa: ANN001, ANN201 (reference objects)
+    from chatterbox.models.voice_encoder import VoiceEncoder
+    from chatterbox.tts_turbo import ChatterboxTurboTTS
+
+    ve = VoiceEncoder()
+    ve.load_state_dict(load_file(str(ckpt / "ve.safetensors")))
+    return ChatterboxTurboTTS(t3, s3gen, ve.eval(), tokenizer=None, device="cpu")
+
+
+def run_clone(tts, task: dict, out: Path) -> dict:  # noqa: ANN001
+    with torch.inference_mode():
+        tts.prepare_conditionals(task["wav"])
+    return save_conds(tts.conds, task, out)
+
+
+def save_conds(conds, task: dict, out: Path) -> dict:  # noqa: ANN001
     found = {"id": task["id"]}
     fields = [("t3", conds.t3.__dict__), ("gen", conds.gen)]
     for section, values in fields:
         for key, value in values.items():
             if torch.is_tensor(value):
                 name = f"{section}_{key}"
-                np.save(out / f"{task['id']}.{name}.npy", value.numpy())
+                np.save(
+                    out / f"{task['id']}.{name}.npy",
+                    value.detach().cpu().float().numpy()
+                    if value.is_floating_point()
+                    else value.cpu().numpy(),
+                )
                 found[name] = f"{task['id']}.{name}.npy"
     return found
 
@@ -199,7 +227,7 @@ def main() -> None:
     job = json.loads(job_path.read_text())
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    t3 = tokenizer = s3gen = None
+    t3 = tokenizer = s3gen = tts = None
     for task in job["tasks"]:
         if task["kind"] == "t3":
             t3 = t3 or build_t3(ckpt, job.get("t3_sizes"))
@@ -210,6 +238,11 @@ def main() -> None:
             results.append(run(s3gen, task, out))
         elif task["kind"] == "conds":
             results.append(run_conds(ckpt, task, out))
+        elif task["kind"] == "clone":
+            t3 = t3 or build_t3(ckpt, job.get("t3_sizes"))
+            s3gen = s3gen or build_s3gen(ckpt)
+            tts = tts or build_tts(ckpt, t3, s3gen)
+            results.append(run_clone(tts, task, out))
         elif task["kind"] == "text":
             tokenizer = tokenizer or load_tokenizer(ckpt)
             results.append(run_text(tokenizer, task, out))

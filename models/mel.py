@@ -1,7 +1,10 @@
-"""The log-mel spectrogram the Base model's speaker encoder reads.
+"""Slaney mel filters and the log-mel spectrogram that model families share.
 
-Slaney mel filterbank (what ``librosa.filters.mel`` builds by default) and a
-magnitude STFT with reflect padding and no centering, as the reference does.
+``mel_filterbank`` is what ``librosa.filters.mel`` builds by default (Slaney's
+scale: linear below 1 kHz, logarithmic above; each triangle scaled to unit area),
+computed in the same order so the float32 weights are the same bits. ``log_mel``
+is the magnitude STFT with reflect padding and no centering that Qwen3-TTS's
+speaker encoder and S3Gen's prompt mel both read (with their own sizes).
 """
 
 from __future__ import annotations
