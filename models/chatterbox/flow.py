@@ -13,6 +13,7 @@ depends on every token of the call. Parameter names mirror ``flow.*`` of
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -167,7 +168,9 @@ class Encoder(nn.Module):
         """Token embeddings [B, T, 512] -> frames [B, 2T, 512] and their mask [B, 1, 2T]."""
         mask = _valid(lengths, x.shape[1])
         x, pos = self.embed(x)
-        x = self.pre_lookahead_layer(x)
+        # Padding reads as the zeros past a row's end that a row alone would see (the
+        # look-ahead convolution is the one layer that reads ahead).
+        x = self.pre_lookahead_layer(x * mask.transpose(1, 2))
         for layer in self.encoders:
             x = layer(x, mask, pos)
         x = self.up_layer(x)
@@ -385,19 +388,55 @@ class Flow(nn.Module):
         """Mel [1, 80, 2N] of ``tokens`` [1, N] spoken in the voice of ``prompt_tokens``
         [1, P], ``prompt_mel`` [1, 2P, 80] and the x-vector ``embedding`` [1, 192];
         ``noise`` [1, 80, 2(P + N)] is the starting point of the whole call."""
+        row = FlowRow(tokens[0], prompt_tokens[0], prompt_mel[0], embedding[0], noise[0])
+        return self.inference_rows([row], steps)[0][None]
+
+    @torch.no_grad()
+    def inference_rows(self, rows: list[FlowRow], steps: int = 2) -> list[torch.Tensor]:
+        """Each row's mel [80, 2N], all rows in one padded call. A row's frames depend
+        on its own inputs only: padding is masked out of attention and zeroed where
+        a convolution reads ahead, so a row equals its call alone (to float rounding)."""
+        first = rows[0].tokens
+        device, dtype = first.device, rows[0].noise.dtype
+        lengths = [len(r.prompt_tokens) + len(r.tokens) for r in rows]
+        total = max(lengths)
+        ids = torch.zeros(len(rows), total, dtype=torch.long, device=device)
+        noise = torch.zeros(len(rows), MELS, 2 * total, dtype=dtype, device=device)
+        for b, r in enumerate(rows):
+            ids[b, : lengths[b]] = torch.cat((r.prompt_tokens, r.tokens))
+            noise[b, :, : 2 * lengths[b]] = r.noise
+        embedding = torch.stack([r.embedding for r in rows])
         speaker = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
-        ids = torch.cat((prompt_tokens, tokens), dim=1)
-        lengths = torch.tensor([ids.shape[1]], device=ids.device)
-        h, mask = self.encoder(self.input_embedding(ids), lengths)
-        prompt_frames = prompt_mel.shape[1]
+        h, mask = self.encoder(self.input_embedding(ids), torch.tensor(lengths, device=device))
         mu = self.encoder_proj(h).transpose(1, 2).contiguous()
         cond = torch.zeros_like(mu)
-        cond[:, :, :prompt_frames] = prompt_mel.transpose(1, 2)
+        for b, r in enumerate(rows):
+            cond[b, :, : r.prompt_mel.shape[0]] = r.prompt_mel.transpose(0, 1)
         mask = mask.to(h.dtype)
         x = noise
-        times = torch.linspace(0, 1, steps + 1, device=x.device, dtype=x.dtype)
+        times = torch.linspace(0, 1, steps + 1, device=device, dtype=dtype)
         estimator = self.decoder.estimator
         for t, r in zip(times[:-1], times[1:], strict=True):
             velocity = estimator(x, mask, mu, t[None], r[None], speaker, cond)
             x = x + (r[None] - t[None]) * velocity
-        return x[:, :, prompt_frames:]
+        out = []
+        for b, row in enumerate(rows):
+            start = row.prompt_mel.shape[0]
+            out.append(x[b, :, start : 2 * lengths[b]])
+        return out
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """One utterance of a batched flow call (tensors on the flow's device)."""
+
+    tokens: torch.Tensor
+    """int64 [N]: the utterance's speech tokens."""
+    prompt_tokens: torch.Tensor
+    """int64 [P]: the voice's prompt tokens."""
+    prompt_mel: torch.Tensor
+    """[2P, 80]: their mel."""
+    embedding: torch.Tensor
+    """[192]: the voice's x-vector."""
+    noise: torch.Tensor
+    """[80, 2(P + N)]: the starting point."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from models.chatterbox.flow import MELS, Flow
+from models.chatterbox.flow import MELS, Flow, FlowRow
 from models.chatterbox.hift import SAMPLE_RATE, HiFT, SourceNoise, draw_source_noise
 
 FADE_SAMPLES = SAMPLE_RATE // 50
@@ -72,11 +72,31 @@ class S3Gen:
         self, tokens: torch.Tensor, voice: Conditioning, noise: UtteranceNoise
     ) -> torch.Tensor:
         """Audio [1, 960 N] of ``tokens`` [1, N], faded in as the reference fades it."""
-        mel = self.flow.inference(
-            tokens, voice.prompt_tokens, voice.prompt_mel, voice.embedding, noise.flow
-        )
-        audio = self.hift(mel, noise.source)
-        fade = fade_in(audio.device)
-        n = min(len(fade), audio.shape[-1])
-        audio[:, :n] = audio[:, :n] * fade[:n]
-        return audio
+        return self.utterances([(tokens[0], voice, noise)])[0][None]
+
+    @torch.no_grad()
+    def utterances(
+        self, items: list[tuple[torch.Tensor, Conditioning, UtteranceNoise]]
+    ) -> list[torch.Tensor]:
+        """Audio [960 N] of each (tokens [N], voice, noise): the flow of all of them in
+        one padded call (each row as it would be alone), then HiFT row by row (its
+        convolutions and STFT read past a row's end, so padding would leak in)."""
+        rows = [
+            FlowRow(
+                tokens,
+                voice.prompt_tokens[0],
+                voice.prompt_mel[0],
+                voice.embedding[0],
+                noise.flow[0],
+            )
+            for tokens, voice, noise in items
+        ]
+        mels = self.flow.inference_rows(rows)
+        out = []
+        for mel, (_, _, noise) in zip(mels, items, strict=True):
+            audio = self.hift(mel[None], noise.source)[0]
+            fade = fade_in(audio.device)
+            n = min(len(fade), audio.shape[-1])
+            audio[:n] = audio[:n] * fade[:n]
+            out.append(audio)
+        return out

@@ -5,8 +5,9 @@ of its tokens: this stage asks for the whole unit before decoding any of it (a
 right context longer than any utterance makes the engine wait for the unit to
 close) and for all of it as left context. The first chunk of a unit decodes the
 unit exactly as the reference decodes an utterance and keeps its audio; later
-chunks of the unit are slices of it. Streaming inside a clause is the next
-policy (docs/chatterbox.md).
+chunks of the unit are slices of it. Units closing in the same call share one
+batched flow call (the flow is launch-bound: ~1,600 small kernels a call).
+Streaming inside a clause is the next policy (docs/chatterbox.md).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from models.chatterbox.s3gen import Conditioning, S3Gen, draw_utterance_noise
 UNIT_TOKENS = 1100
 """More than one utterance can hold (1,001 tokens and the 3 silence tokens)."""
 SAMPLES_PER_TOKEN = 960
+FLOW_BATCH = 16
+"""Units whose flow runs in one call at most (their attention maps grow with it)."""
 
 
 @dataclass(frozen=True)
@@ -63,20 +66,28 @@ class ChatterboxVocoder(Vocoder):
         return _Stream(voice, generator)
 
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
+        starting = [item for item in items if item.left == 0]  # whole units, just closed
+        for first in range(0, len(starting), FLOW_BATCH):
+            self._units(starting[first : first + FLOW_BATCH])
         out = []
         for item in items:
             stream = item.stream
             assert isinstance(stream, _Stream)
-            if item.left == 0:  # a unit's first chunk: the whole unit is here
-                stream.audio = self._unit(stream, np.asarray(item.frames).reshape(-1))
             start = item.left * SAMPLES_PER_TOKEN
             out.append(stream.audio[start : start + item.chunk_frames * SAMPLES_PER_TOKEN])
         return out
 
-    def _unit(self, stream: _Stream, tokens: np.ndarray) -> np.ndarray:
-        prompt = stream.voice.prompt_tokens.shape[1]
-        noise = draw_utterance_noise(len(tokens), prompt, stream.generator)
-        noise = noise.to(self.device, self.dtype)
-        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]
-        audio = self.s3gen.utterance(ids, stream.voice, noise)
-        return audio[0].float().cpu().numpy()
+    def _units(self, items: list[DecodeItem]) -> None:
+        """Decode each item's whole unit (batched) into its stream's ``audio``."""
+        jobs = []
+        for item in items:
+            stream = item.stream
+            assert isinstance(stream, _Stream)
+            tokens = np.asarray(item.frames).reshape(-1)
+            prompt = stream.voice.prompt_tokens.shape[1]
+            noise = draw_utterance_noise(len(tokens), prompt, stream.generator)
+            ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)
+            jobs.append((ids, stream.voice, noise.to(self.device, self.dtype)))
+        audio = self.s3gen.utterances(jobs)
+        for item, wav in zip(items, audio, strict=True):
+            item.stream.audio = wav.float().cpu().numpy()

@@ -76,3 +76,29 @@ def test_mel_and_audio_equal_the_reference(
     assert audio.shape == expected.shape == (960 * len(tokens),)
     assert np.abs(expected[:480]).max() == 0 and np.abs(expected).max() > 0.01  # faded in
     np.testing.assert_allclose(audio, expected, atol=1e-4, rtol=0)
+
+
+def test_a_batch_of_utterances_equals_each_alone(weights: dict[str, torch.Tensor]) -> None:
+    """Utterances of different lengths and voices decoded in one call (the flow padded
+    and batched) give each one's audio as decoding it alone does."""
+    flow = Flow()
+    flow.load_state_dict(
+        {k[len("flow.") :]: v for k, v in weights.items() if k.startswith("flow.")}, strict=True
+    )
+    s3gen = S3Gen(flow, load_hift(weights))
+    gen = torch.Generator().manual_seed(4)
+    items = []
+    for tokens, prompt in ((9, 14), (21, 6), (4, 10)):
+        voice = Conditioning(
+            torch.randint(0, 6561, (1, prompt), generator=gen),
+            torch.randn(1, 2 * prompt, 80, generator=gen) - 6,
+            torch.randn(1, 192, generator=gen),
+        )
+        ids = torch.randint(0, 6561, (tokens,), generator=gen)
+        items.append((ids, voice, draw_utterance_noise(tokens, prompt, gen)))
+    batched = s3gen.utterances(items)
+    for (ids, voice, noise), audio in zip(items, batched, strict=True):
+        alone = s3gen.utterance(ids[None], voice, noise)[0]
+        assert audio.shape == alone.shape == (960 * len(ids),)
+        assert alone.abs().max() > 0.01
+        torch.testing.assert_close(audio, alone, atol=1e-5, rtol=0)
