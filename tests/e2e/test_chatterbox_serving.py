@@ -82,9 +82,15 @@ async def test_http_speech(server: RunningServer) -> None:
 
 
 async def test_vllm_socket(server: RunningServer) -> None:
+    audio = await vllm_session(server, {"voice": "default"})
+    assert audio[:4] == b"RIFF" and len(audio) > 44
+
+
+async def vllm_session(server: RunningServer, config: dict) -> bytes:
+    """One vllm-omni socket session speaking TEXT: its audio (a WAV stream)."""
     url = f"ws://{server.host}:{server.port}/v1/audio/speech/stream"
     async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "session.config", "voice": "default"}))
+        await ws.send(json.dumps({"type": "session.config", **config}))
         await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
         await ws.send(json.dumps({"type": "input.done"}))
         audio, types = b"", []
@@ -99,7 +105,7 @@ async def test_vllm_socket(server: RunningServer) -> None:
             if data["type"] == "session.done":
                 break
     assert types[0] == "audio.start" and "audio.done" in types
-    assert audio[:4] == b"RIFF" and len(audio) > 44
+    return audio
 
 
 async def test_unknown_voice_and_bad_sampling_are_errors(server: RunningServer) -> None:
@@ -142,6 +148,12 @@ async def test_a_cloned_voice_speaks_by_name_and_inline(
             builtin, _ = await speak(server, "d", temperature=0, seed=2)
             assert np.array_equal(named, inline) and np.abs(named).max() > 100
             assert not np.array_equal(named[: len(builtin)], builtin[: len(named)])
+
+            # vllm-omni's socket: the stored voice by name, and the audio inline as its
+            # Base-task clients send it.
+            by_name = await vllm_session(server, {"voice": "Narrator", "seed": 2})
+            inline_cfg = {"task_type": "Base", "ref_audio": inline_b64, "seed": 2}
+            assert await vllm_session(server, inline_cfg) == by_name
 
             body = {"input": TEXT, "voice": "Narrator", "response_format": "pcm", "temperature": 0}
             spoken = await http.post("/v1/audio/speech", json=body)
