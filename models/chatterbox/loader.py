@@ -53,6 +53,9 @@ class ChatterboxOptions:
     top_k: int = DEFAULT_SAMPLING.top_k
     top_p: float = DEFAULT_SAMPLING.top_p
     repetition_penalty: float = DEFAULT_SAMPLING.repetition_penalty
+    cuda_graphs: bool = True
+    """On CUDA, replay T3's decode step from graphs captured per batch size at start-up
+    (False: launch every kernel of every step, as on the CPU)."""
     ref_audio_min_s: float = 5.0
     """Shortest reference audio a clone takes (the reference refuses 5 s or less)."""
     ref_audio_max_s: float = 60.0
@@ -128,6 +131,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         options.bench_ignore_eos,
         cloner,
         (options.ref_audio_min_s, options.ref_audio_max_s),
+        options.cuda_graphs,
     )
     return LoadedModel(runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype))
 

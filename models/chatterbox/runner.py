@@ -145,6 +145,7 @@ class ChatterboxRunner(ModelRunner):
         ignore_stop: bool = False,
         cloner: VoiceCloner | None = None,
         ref_audio_seconds: tuple[float, float] = (5.0, 60.0),
+        cuda_graphs: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -152,7 +153,7 @@ class ChatterboxRunner(ModelRunner):
         self.capabilities = capabilities
         self.sampling = sampling
         self.max_tokens = max_tokens
-        self.t3 = T3Slots(model, slots, capacity, ignore_stop)
+        self.t3 = T3Slots(model, slots, capacity, ignore_stop, cuda_graphs)
         self.capacity = capacity
         self.contexts: list[_Context | None] = [None] * slots
         self._fields = {f.name: f for f in capabilities.request_fields}
@@ -290,6 +291,7 @@ class ChatterboxRunner(ModelRunner):
     def execute(self, plan: StepPlan) -> StepResult:
         for slot in plan.free.tolist():
             self.contexts[slot] = None
+            self.t3.release(slot)
         for admit in plan.admit:
             assert isinstance(admit.prepared, ChatterboxPrepared)
             self.contexts[admit.slot] = _Context(admit.prepared)

@@ -1,4 +1,4 @@
-"""Chatterbox Turbo's T3: text tokens -> speech tokens, a GPT-2 decoder over slot KV.
+"""Chatterbox Turbo's T3: text tokens -> speech tokens, a GPT-2 decoder over paged KV.
 
 The input of one utterance is ``[speaker, prompt speech tokens, text tokens,
 start-of-speech]`` embeddings, each position getting GPT-2's learned absolute
@@ -18,8 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.attention import attention_bias
-from models.slot_kv import SlotBatch, SlotKVCache
+from models.paged_kv import PagedKVCache, prefill_layout
 from models.upload import upload
 
 UNUSED_KEYS = ("tfmr.wte.weight", "text_head.weight")
@@ -142,28 +141,55 @@ class T3(nn.Module):
     def forward(
         self,
         embeds: torch.Tensor,
-        cache: SlotKVCache,
+        cache: PagedKVCache,
         slots: Sequence[int],
         starts: Sequence[int],
         counts: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """Row ``b``'s first ``counts[b]`` (default all T) of ``embeds`` [B, T, H] at
         positions ``starts[b] + t`` of slot ``slots[b]``; the rest of a row is padding.
-        Writes keys/values into ``cache``; returns the final-norm hidden states [B, T, H]."""
+        Writes keys/values into ``cache`` (its blocks reserved); returns the final-norm
+        hidden states [B, T, H]. Every argument but ``embeds`` is a host value."""
         b, t = embeds.shape[:2]
-        batch = SlotBatch.of(cache, slots, starts, counts, t, embeds.device)
-        bias = attention_bias(batch.allowed, 1, embeds.dtype)
+        positions, where, read, bias = prefill_layout(
+            cache, slots, starts, counts, t, 1, embeds.dtype
+        )
         # Padding positions read a real position embedding; their output is never used.
         last = self.cfg.positions - 1
-        x = embeds + self.tfmr.wpe(upload(np.minimum(batch.positions, last), embeds.device))
+        x = embeds + self.tfmr.wpe(upload(np.minimum(positions, last), embeds.device))
         heads, dim = self.cfg.heads, self.cfg.head_dim
         for i, block in enumerate(self.tfmr.h):
             qkv = block.attn.c_attn(block.ln_1(x)).view(b, t, 3, heads, dim)
             q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
-            out = batch.attend(cache, i, q, k, v, bias)
+            out = cache.prefill_attend(i, q, k, v, where, read, bias)
             x = x + block.attn.c_proj(out.transpose(1, 2).reshape(b, t, -1))
             x = x + block.mlp(block.ln_2(x))
         return self.tfmr.ln_f(x)
+
+    def step(
+        self,
+        embeds: torch.Tensor,
+        cache: PagedKVCache,
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+        max_length: int | None = None,
+    ) -> torch.Tensor:
+        """One position per row: ``embeds`` [B, H] at ``positions[b]`` of slot
+        ``slots[b]`` (both on the device); the final-norm hidden states [B, H]. No host
+        value is read (``max_length`` is only needed where attention gathers: off
+        CUDA), so a CUDA graph can capture it."""
+        b = embeds.shape[0]
+        where = cache.rows_on_device(slots, positions)
+        x = (embeds + self.tfmr.wpe(positions.clamp(max=self.cfg.positions - 1)))[:, None]
+        heads, dim = self.cfg.heads, self.cfg.head_dim
+        lengths = positions + 1
+        for i, block in enumerate(self.tfmr.h):
+            qkv = block.attn.c_attn(block.ln_1(x)).view(b, 1, 3, heads, dim)
+            q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
+            out = cache.decode_attend(i, q, k, v, where, slots, lengths, max_length)
+            x = x + block.attn.c_proj(out.transpose(1, 2).reshape(b, 1, -1))
+            x = x + block.mlp(block.ln_2(x))
+        return self.tfmr.ln_f(x)[:, 0]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.speech_head(hidden).float()

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.base import LoadedModel, SynthParams
+from models.base import Admit, Feed, LoadedModel, SynthParams
 from models.chatterbox.loader import load
 from tests.models.chatterbox.ckpt_full import build_checkpoint
-from tests.models.drive import chunk_items, units_of
+from tests.models.drive import chunk_items, plan, units_of
 
 pytestmark = [
     pytest.mark.gpu,
@@ -27,15 +27,6 @@ TEXT = "Hello there, how are you today? A second clause follows it."
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_checkpoint(tmp_path_factory.mktemp("cbx") / "ckpt", seed=3)
-
-
-@pytest.fixture
-def no_tf32():  # type: ignore[no-untyped-def]
-    """fp32 on CUDA is only comparable with the CPU when TF32 is off."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def speak(model: LoadedModel, extra: dict) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -72,3 +63,48 @@ def test_bf16_bench_ignore_eos_runs_every_utterance_to_its_cap(checkpoint: Path)
         # 40 tokens, then the 3 silence tokens; a sampled start id (6561) is no frame.
         assert 38 + 3 <= len(unit) <= 40 + 3 and unit.reshape(-1)[-3:].tolist() == [4299] * 3
         assert np.isfinite(wav).all() and np.abs(wav).max() > 0
+
+
+def tokens_of(model: LoadedModel, extra: dict) -> dict[int, list[int]]:
+    """Three contexts of different texts admitted at steps 0, 1 and 3, stepped
+    together to their ends: each one's frames."""
+    runner = model.runner
+    texts = {0: "Hello there, friend.", 1: "A second and longer sentence, spoken.", 2: "Short."}
+    joins = {0: 0, 1: 1, 3: 2}
+    out: dict[int, list[int]] = {s: [] for s in texts}
+    live: list[int] = []
+    for step in range(2000):
+        admit, feed = (), ()
+        if step in joins:
+            slot = joins[step]
+            prepared = runner.prepare(SynthParams(voice="default", extra=extra))
+            admit = (Admit(slot, prepared),)
+            feed = (Feed(slot, tuple(runner.encode_text(texts[slot])), close=True),)
+            live.append(slot)
+        if not live:
+            break
+        result = runner.execute(plan(list(live), admit, feed))
+        offset = 0
+        for row, slot in enumerate(list(live)):
+            n = int(result.counts[row])
+            out[slot].extend(result.frames[offset : offset + n, 0].tolist())
+            offset += n
+            if result.finished[row]:
+                live.remove(slot)
+    assert not live
+    return out
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_t3_graph_replay_equals_eager(checkpoint: Path, no_tf32: None, temperature: float) -> None:
+    """T3's decode step replayed from CUDA graphs gives the eager step's tokens
+    exactly (fp32, TF32 off), greedy and sampled with a seed, for contexts of
+    different lengths joining at different steps."""
+    extra = {"temperature": temperature, "seed": 3, "max_new_tokens": 40}
+    options = {"device": "cuda", "max_contexts": 6}
+    graphed = load(options, checkpoint)
+    eager = load({**options, "cuda_graphs": False}, checkpoint)
+    assert graphed.runner.t3.graphs is not None and eager.runner.t3.graphs is None  # type: ignore[attr-defined]
+    a, b = tokens_of(eager, extra), tokens_of(graphed, extra)
+    assert all(len(a[s]) > 3 for s in a)
+    assert a == b

@@ -47,15 +47,6 @@ def jobs(voice: str) -> list[Job]:
     ]
 
 
-@pytest.fixture
-def no_tf32():  # type: ignore[no-untyped-def]
-    """fp32 on CUDA is only comparable with the CPU when TF32 is off."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 def test_cuda_fp32_equals_cpu(checkpoint: Path, no_tf32: None) -> None:
     """Batched greedy generation and chunked decoding on CUDA (fp32) give the CPU's
     codes exactly and its audio within 1e-3."""

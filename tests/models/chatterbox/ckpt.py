@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 
 @dataclass(frozen=True)
@@ -146,3 +146,21 @@ def build_conds(out: Path, prompt: int = 40, seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     torch.save({"t3": t3, "gen": decoder}, out / "conds.pt")
     return out
+
+
+S3GEN_FILE = "s3gen_meanflow.safetensors"
+
+
+def add_s3gen_tensors(
+    target: dict[str, torch.Tensor] | Path, tensors: dict[str, torch.Tensor]
+) -> None:
+    """Add ``tensors`` to a state dict (in place) or to an S3Gen safetensors file (a
+    checkpoint directory's, or the file itself; created when absent, others' tensors
+    kept)."""
+    if isinstance(target, dict):
+        target.update(tensors)
+        return
+    path = target / S3GEN_FILE if target.is_dir() else target
+    state = load_file(str(path)) if path.exists() else {}
+    state.update(tensors)
+    save_file(state, str(path))

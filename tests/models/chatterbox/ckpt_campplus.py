@@ -17,12 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from models.chatterbox.campplus import PREFIX, CAMPPlus, Norm
 from models.chatterbox.fbank import SAMPLE_RATE, xvector_features
-
-S3GEN_FILE = "s3gen_meanflow.safetensors"
+from tests.models.chatterbox.ckpt import add_s3gen_tensors
 
 
 def speechlike(seconds: float, seed: int, sr: int = SAMPLE_RATE) -> np.ndarray:
@@ -91,10 +89,4 @@ def add_campplus_tensors(target: dict[str, torch.Tensor] | Path, seed: int) -> N
     """Add CAM++'s tensors to a state dict (in place) or to an S3Gen safetensors file
     (a checkpoint directory's, or the file itself; created when absent, others'
     tensors kept)."""
-    if isinstance(target, dict):
-        target.update(campplus_tensors(seed))
-        return
-    path = target / S3GEN_FILE if target.is_dir() else target
-    state = load_file(str(path)) if path.exists() else {}
-    state.update(campplus_tensors(seed))
-    save_file(state, str(path))
+    add_s3gen_tensors(target, campplus_tensors(seed))

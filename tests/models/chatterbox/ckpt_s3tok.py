@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from models.chatterbox.s3_tokenizer import PREFIX, S3Tokenizer
+from tests.models.chatterbox.ckpt import add_s3gen_tensors
 
-S3GEN_FILE = "s3gen_meanflow.safetensors"
 PROJECTION_GAIN = 0.35
 """FSQ's projection: about this std for a unit-rms hidden vector."""
 
@@ -49,10 +48,4 @@ def add_tokenizer_tensors(target: dict[str, torch.Tensor] | Path, seed: int) -> 
     """Add the tokenizer's tensors to a state dict (in place) or to an S3Gen
     safetensors file (a checkpoint directory's, or the file itself; created when
     absent, others' tensors kept)."""
-    if isinstance(target, dict):
-        target.update(tokenizer_tensors(seed))
-        return
-    path = target / S3GEN_FILE if target.is_dir() else target
-    state = load_file(str(path)) if path.exists() else {}
-    state.update(tokenizer_tensors(seed))
-    save_file(state, str(path))
+    add_s3gen_tensors(target, tokenizer_tensors(seed))

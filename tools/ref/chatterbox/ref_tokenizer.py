@@ -24,23 +24,13 @@ OUT/result.json lists what was written.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import warnings
+from functools import cache
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-# Stand-ins for modules the reference imports but these tasks never run; real ones win.
-sys.path.append(str(HERE / "stubs"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-warnings.filterwarnings("ignore")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import jobs  # first: the reference's environment
+import numpy as np
+import torch
+from safetensors.torch import load_file
 
 PREFIX = "tokenizer."
 
@@ -51,6 +41,7 @@ def fresh_tokenizer():  # noqa: ANN201 (a reference object)
     return S3Tokenizer("speech_tokenizer_v2_25hz")
 
 
+@cache
 def build_tokenizer(ckpt: Path):  # noqa: ANN201 (a reference object)
     state = load_file(str(ckpt / "s3gen_meanflow.safetensors"))
     sub = {k[len(PREFIX) :]: v for k, v in state.items() if k.startswith(PREFIX)}
@@ -116,23 +107,10 @@ def run_buffers(task: dict, out: Path) -> dict:
     return found
 
 
-def main() -> None:
-    ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    torch.set_num_threads(int(os.environ.get("REF_THREADS", "2")))
-    job = json.loads(job_path.read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    results = []
-    tokenizer = None
-    for task in job["tasks"]:
-        if task["kind"] == "tokens":
-            tokenizer = tokenizer or build_tokenizer(ckpt)
-            results.append(run_tokens(tokenizer, task, out))
-        elif task["kind"] == "buffers":
-            results.append(run_buffers(task, out))
-        else:
-            raise SystemExit(f"unknown task kind {task['kind']!r}")
-    (out / "result.json").write_text(json.dumps({"results": results}))
-
-
 if __name__ == "__main__":
-    main()
+    jobs.run(
+        {
+            "tokens": lambda task, job: run_tokens(build_tokenizer(job.ckpt), task, job.out),
+            "buffers": lambda task, job: run_buffers(task, job.out),
+        }
+    )

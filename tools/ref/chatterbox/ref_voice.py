@@ -21,25 +21,16 @@ OUT/result.json lists what was written.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import warnings
+from functools import cache
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-# Stand-ins for modules the reference imports but these tasks never run; real ones win.
-sys.path.append(str(HERE / "stubs"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-warnings.filterwarnings("ignore")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import jobs  # first: the reference's environment
+import numpy as np
+import torch
+from safetensors.torch import load_file
 
 
+@cache
 def build_voice_encoder(ckpt: Path):  # noqa: ANN201 (a reference object)
     from chatterbox.models.voice_encoder import VoiceEncoder
 
@@ -83,25 +74,11 @@ def run_loudness(task: dict, out: Path) -> dict:
     return {"id": task["id"], "wav": path.name}
 
 
-def main() -> None:
-    ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    torch.set_num_threads(int(os.environ.get("REF_THREADS", "2")))
-    job = json.loads(job_path.read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    results = []
-    ve = None
-    for task in job["tasks"]:
-        if task["kind"] == "embed":
-            ve = ve or build_voice_encoder(ckpt)
-            results.append(run_embed(ve, task, out))
-        elif task["kind"] == "mel":
-            results.append(run_mel(task, out))
-        elif task["kind"] == "loudness":
-            results.append(run_loudness(task, out))
-        else:
-            raise SystemExit(f"unknown task kind {task['kind']!r}")
-    (out / "result.json").write_text(json.dumps({"results": results}))
-
-
 if __name__ == "__main__":
-    main()
+    jobs.run(
+        {
+            "embed": lambda task, job: run_embed(build_voice_encoder(job.ckpt), task, job.out),
+            "mel": lambda task, job: run_mel(task, job.out),
+            "loudness": lambda task, job: run_loudness(task, job.out),
+        }
+    )

@@ -28,23 +28,13 @@ OUT/result.json lists what was written, and the torchaudio version used.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import warnings
+from functools import cache
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-# Stand-ins for modules the reference imports but these tasks never run; real ones win.
-sys.path.append(str(HERE / "stubs"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-warnings.filterwarnings("ignore")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import jobs  # first: the reference's environment
+import numpy as np
+import torch
+from safetensors.torch import load_file
 
 PREFIX = "speaker_encoder."
 S3_SR = 16_000
@@ -63,6 +53,7 @@ def real_torchaudio() -> str:
     return version
 
 
+@cache
 def build_campplus(ckpt: Path):  # noqa: ANN201 (a reference object)
     from chatterbox.models.s3gen.xvector import CAMPPlus
 
@@ -121,26 +112,12 @@ def run_resample(task: dict, out: Path) -> dict:
     return {"id": task["id"], "wav": path.name}
 
 
-def main() -> None:
-    ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    torch.set_num_threads(int(os.environ.get("REF_THREADS", "2")))
-    job = json.loads(job_path.read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    version = real_torchaudio()
-    results = []
-    model = None
-    for task in job["tasks"]:
-        if task["kind"] == "xvector":
-            model = model or build_campplus(ckpt)
-            results.append(run_xvector(model, task, out))
-        elif task["kind"] == "fbank":
-            results.append(run_fbank(task, out))
-        elif task["kind"] == "resample":
-            results.append(run_resample(task, out))
-        else:
-            raise SystemExit(f"unknown task kind {task['kind']!r}")
-    (out / "result.json").write_text(json.dumps({"results": results, "torchaudio": version}))
-
-
 if __name__ == "__main__":
-    main()
+    jobs.run(
+        {
+            "xvector": lambda task, job: run_xvector(build_campplus(job.ckpt), task, job.out),
+            "fbank": lambda task, job: run_fbank(task, job.out),
+            "resample": lambda task, job: run_resample(task, job.out),
+        },
+        report=lambda: {"torchaudio": real_torchaudio()},
+    )

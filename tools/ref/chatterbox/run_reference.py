@@ -43,22 +43,13 @@ OUT/result.json lists what was written.
 from __future__ import annotations
 
 import json
-import os
-import sys
-import warnings
+from functools import cache
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-# Stand-ins for modules the reference imports but these tasks never run; real ones win.
-sys.path.append(str(HERE / "stubs"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-warnings.filterwarnings("ignore")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import jobs  # first: the reference's environment
+import numpy as np
+import torch
+from safetensors.torch import load_file
 
 
 def build_t3(ckpt: Path, sizes: dict | None):  # noqa: ANN201 (a reference object)
@@ -118,6 +109,7 @@ def run_t3(t3, task: dict, out: Path) -> dict:  # noqa: ANN001
     return {"id": task["id"], "tokens": path.name}
 
 
+@cache
 def build_s3gen(ckpt: Path):  # noqa: ANN201 (a reference object)
     from chatterbox.models.s3gen import S3Gen
 
@@ -169,6 +161,13 @@ def run_conds(ckpt: Path, task: dict, out: Path) -> dict:
     return save_conds(Conditionals.load(ckpt / "conds.pt"), task, out)
 
 
+@cache
+def t3_of(ckpt: Path, sizes: str):  # noqa: ANN201 (a reference object)
+    """T3 built once a run; ``sizes``: the job's "t3_sizes" as JSON (null: GPT-2 medium)."""
+    return build_t3(ckpt, json.loads(sizes))
+
+
+@cache
 def build_tts(ckpt: Path, t3, s3gen):  # noqa: ANN001, ANN201 (reference objects)
     from chatterbox.models.voice_encoder import VoiceEncoder
     from chatterbox.tts_turbo import ChatterboxTurboTTS
@@ -211,6 +210,7 @@ def run_text(tokenizer, task: dict, out: Path) -> dict:  # noqa: ANN001
     return {"id": task["id"], "ids": path.name, "normalized": text}
 
 
+@cache
 def load_tokenizer(ckpt: Path):  # noqa: ANN201
     from transformers import AutoTokenizer
 
@@ -221,35 +221,22 @@ def load_tokenizer(ckpt: Path):  # noqa: ANN201
     return tokenizer
 
 
-def main() -> None:
-    ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    torch.set_num_threads(int(os.environ.get("REF_THREADS", "2")))
-    job = json.loads(job_path.read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    results = []
-    t3 = tokenizer = s3gen = tts = None
-    for task in job["tasks"]:
-        if task["kind"] == "t3":
-            t3 = t3 or build_t3(ckpt, job.get("t3_sizes"))
-            results.append(run_t3(t3, task, out))
-        elif task["kind"] in ("hift", "s3gen"):
-            s3gen = s3gen or build_s3gen(ckpt)
-            run = run_hift if task["kind"] == "hift" else run_s3gen
-            results.append(run(s3gen, task, out))
-        elif task["kind"] == "conds":
-            results.append(run_conds(ckpt, task, out))
-        elif task["kind"] == "clone":
-            t3 = t3 or build_t3(ckpt, job.get("t3_sizes"))
-            s3gen = s3gen or build_s3gen(ckpt)
-            tts = tts or build_tts(ckpt, t3, s3gen)
-            results.append(run_clone(tts, task, out))
-        elif task["kind"] == "text":
-            tokenizer = tokenizer or load_tokenizer(ckpt)
-            results.append(run_text(tokenizer, task, out))
-        else:
-            raise SystemExit(f"unknown task kind {task['kind']!r}")
-    (out / "result.json").write_text(json.dumps({"results": results}))
+def t3_for(job: jobs.Job):  # noqa: ANN201 (a reference object)
+    return t3_of(job.ckpt, json.dumps(job.spec.get("t3_sizes")))
+
+
+def tts_for(job: jobs.Job):  # noqa: ANN201 (a reference object)
+    return build_tts(job.ckpt, t3_for(job), build_s3gen(job.ckpt))
 
 
 if __name__ == "__main__":
-    main()
+    jobs.run(
+        {
+            "t3": lambda task, job: run_t3(t3_for(job), task, job.out),
+            "hift": lambda task, job: run_hift(build_s3gen(job.ckpt), task, job.out),
+            "s3gen": lambda task, job: run_s3gen(build_s3gen(job.ckpt), task, job.out),
+            "conds": lambda task, job: run_conds(job.ckpt, task, job.out),
+            "clone": lambda task, job: run_clone(tts_for(job), task, job.out),
+            "text": lambda task, job: run_text(load_tokenizer(job.ckpt), task, job.out),
+        }
+    )
