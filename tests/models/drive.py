@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.base import Admit, DecodeItem, Feed, LoadedModel, StepPlan, StepResult, SynthParams
+from models.base import (
+    Admit,
+    DecodeItem,
+    Feed,
+    LoadedModel,
+    ModelRunner,
+    StepPlan,
+    StepResult,
+    SynthParams,
+)
 
 NONE = np.zeros(0, np.int64)
 
@@ -66,3 +75,40 @@ def step_result_rows(result: StepResult) -> list[np.ndarray]:
     """Each row's frames of a step."""
     offsets = np.concatenate(([0], np.cumsum(result.counts)))
     return [result.frames[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+def run_schedule(
+    runner: ModelRunner, joins: dict[int, tuple[int, SynthParams, list[np.ndarray]]]
+) -> tuple[dict[int, list[np.ndarray]], dict[int, bool]]:
+    """Contexts admitted at the steps ``joins`` names (step -> (slot, params, all
+    their units; input closed)), every live one stepped together until all finish:
+    each slot's frames per unit (cut where the runner marks ``unit_end``; frames
+    flattened to 1-D) and whether it ended at a limit."""
+    units: dict[int, list[np.ndarray]] = {}
+    current: dict[int, list[np.ndarray]] = {}
+    hit_limit: dict[int, bool] = {}
+    live: list[int] = []
+    for step in range(100_000):
+        admit: tuple[Admit, ...] = ()
+        feed: tuple[Feed, ...] = ()
+        if step in joins:
+            slot, params, todo = joins[step]
+            admit = (Admit(slot, runner.prepare(params)),)
+            feed = (Feed(slot, tuple(todo), close=True),)
+            live.append(slot)
+            units[slot], current[slot] = [], []
+        if not live and step > max(joins):
+            return units, hit_limit
+        result = runner.execute(plan(list(live), admit, feed))
+        offset = 0
+        for row, slot in enumerate(list(live)):
+            n = int(result.counts[row])
+            current[slot].append(result.frames[offset : offset + n].reshape(-1))
+            offset += n
+            if result.unit_end[row]:
+                units[slot].append(np.concatenate(current[slot]))
+                current[slot] = []
+            if result.finished[row]:
+                hit_limit[slot] = bool(result.hit_limit[row])
+                live.remove(slot)
+    raise AssertionError("the contexts did not finish")
