@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.chatterbox.checkpoint import load_weights
 from models.chatterbox.fbank import MEL_BINS, xvector_features
 
 PREFIX = "speaker_encoder."
@@ -270,21 +271,5 @@ def load_campplus(state: Mapping[str, torch.Tensor]) -> CAMPPlus:
     the ones that differ (the first few of each)."""
     sub = {k[len(PREFIX) :]: v for k, v in state.items() if k.startswith(PREFIX)}
     model = CAMPPlus()
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(sub))
-    unexpected = sorted(set(sub) - set(expected))
-    if missing or unexpected:
-        raise ValueError(
-            f"speaker_encoder tensors do not match CAM++: {len(missing)} missing "
-            f"{[PREFIX + k for k in missing[:5]]}, {len(unexpected)} unexpected "
-            f"{[PREFIX + k for k in unexpected[:5]]}"
-        )
-    wrong = [
-        f"{PREFIX}{k} {tuple(sub[k].shape)} (expected {tuple(v.shape)})"
-        for k, v in expected.items()
-        if sub[k].shape != v.shape
-    ]
-    if wrong:
-        raise ValueError(f"speaker_encoder tensors of the wrong shape: {wrong[:5]}")
-    model.load_state_dict(sub, strict=True)
+    load_weights(model, sub, "speaker_encoder", PREFIX)
     return model.eval()

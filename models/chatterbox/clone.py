@@ -45,7 +45,7 @@ class VoiceCloner:
         self, voice_encoder: VoiceEncoder, tokenizer: S3Tokenizer, campplus: CAMPPlus
     ) -> None:
         self.voice_encoder = voice_encoder.eval()
-        self.tokenizer = tokenizer.float().eval()
+        self.tokenizer = tokenizer.eval()
         self.campplus = campplus.eval()
 
     @torch.inference_mode()

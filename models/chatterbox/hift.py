@@ -28,6 +28,8 @@ from torch.nn import functional as F
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
+from models.chatterbox.checkpoint import load_weights
+
 SAMPLE_RATE = 24000
 FRAME_SAMPLES = 480
 """Audio samples per mel frame (24 kHz / 50 Hz)."""
@@ -261,12 +263,6 @@ def load_hift(state: dict[str, torch.Tensor], fold: bool = True) -> HiFT:
     first few that differ."""
     sub = {k[len(PREFIX) :]: v for k, v in state.items() if k.startswith(PREFIX)}
     model = HiFT()
-    missing, unexpected = model.load_state_dict(sub, strict=False)
-    if missing or unexpected:
-        raise ValueError(
-            "mel2wav tensors do not match HiFT (missing "
-            f"{[PREFIX + k for k in sorted(missing)[:5]]}, unexpected "
-            f"{[PREFIX + k for k in sorted(unexpected)[:5]]})"
-        )
+    load_weights(model, sub, "mel2wav", PREFIX)
     model.eval()
     return model.fold_weight_norm() if fold else model

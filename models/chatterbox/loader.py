@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from models.base import Capabilities, LoadedModel, VoiceInfo, parse_options
 from models.chatterbox.campplus import load_campplus
-from models.chatterbox.checkpoint import CheckpointError, load_t3
+from models.chatterbox.checkpoint import CheckpointError, load_t3, load_weights
 from models.chatterbox.clone import VoiceCloner
 from models.chatterbox.flow import Flow
 from models.chatterbox.hift import load_hift
@@ -91,13 +91,8 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     state = load_file(str(s3gen_path))
     flow = Flow()
     flow_state = {k[len("flow.") :]: v for k, v in state.items() if k.startswith("flow.")}
-    missing, unexpected = flow.load_state_dict(flow_state, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{s3gen_path}: flow tensors do not match (missing {sorted(missing)[:5]}, "
-            f"unexpected {sorted(unexpected)[:5]})"
-        )
     try:
+        load_weights(flow, flow_state, "flow", "flow.")
         hift = load_hift(state)
     except ValueError as err:
         raise CheckpointError(f"{s3gen_path}: {err}") from err

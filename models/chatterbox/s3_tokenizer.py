@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.chatterbox.checkpoint import load_weights
 from models.mel import mel_filterbank
 
 SAMPLE_RATE = 16_000
@@ -370,15 +371,7 @@ def load_s3_tokenizer(
     ``dtype`` (float32 gives the reference's tokens), the front end stays float32."""
     sub = {k[len(PREFIX) :]: v for k, v in state.items() if k.startswith(PREFIX)}
     model = S3Tokenizer()
-    missing, unexpected = model.load_state_dict(sub, strict=False)
-    missing = [k for k in missing if k not in ("_mel_filters", "window")]
-    if missing or unexpected:
-        raise ValueError(
-            "tokenizer tensors do not match the S3 tokenizer (missing "
-            f"{[PREFIX + k for k in sorted(missing)[:5]]}"
-            f"{f' and {len(missing) - 5} more' if len(missing) > 5 else ''}, unexpected "
-            f"{[PREFIX + k for k in sorted(unexpected)[:5]]})"
-        )
+    load_weights(model, sub, "tokenizer", PREFIX, optional=("_mel_filters", "window"))
     model.encoder.to(dtype)
     model.quantizer.to(dtype)
     return model.eval().to(device)

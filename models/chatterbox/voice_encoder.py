@@ -32,7 +32,7 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.nn import functional as F
 
-from models.chatterbox.checkpoint import CheckpointError
+from models.chatterbox.checkpoint import CheckpointError, load_weights
 from models.mel import mel_filterbank
 
 VE_FILE = "ve.safetensors"
@@ -188,18 +188,8 @@ def load_voice_encoder(path: Path, device: torch.device, dtype: torch.dtype) -> 
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
     model = VoiceEncoder()
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path}: tensors do not match the voice encoder "
-            f"(missing {missing[:6]}, unexpected {unexpected[:6]})"
-        )
-    for key, want in expected.items():
-        if tuple(state[key].shape) != tuple(want.shape):
-            raise CheckpointError(
-                f"{path}: {key} has shape {tuple(state[key].shape)}, expected {tuple(want.shape)}"
-            )
-    model.load_state_dict(state, strict=True)
+    try:
+        load_weights(model, state, "voice encoder")
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from err
     return model.to(device=device, dtype=dtype).eval()
