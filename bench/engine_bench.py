@@ -20,7 +20,6 @@ import json
 import platform
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from voiceserver.config import (
 from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineCore
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
+from voiceserver.engine.prepare import FairPreparer
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog, and then it runs back into the forest "
@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 async def _levels(engine: EngineCore, params: SynthParams, args: argparse.Namespace) -> list[Any]:
-    with ThreadPoolExecutor(2) as pool:
+    pool = FairPreparer(2)
+    try:
         client = EngineClient(engine, asyncio.get_running_loop(), pool)
         for _ in range(args.warmup):
             await run_level(client, params, 1, args.text)
@@ -217,6 +218,8 @@ async def _levels(engine: EngineCore, params: SynthParams, args: argparse.Namesp
                 flush=True,
             )
         return levels
+    finally:
+        pool.shutdown()
 
 
 if __name__ == "__main__":

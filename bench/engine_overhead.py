@@ -18,7 +18,6 @@ import json
 import platform
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +41,7 @@ from models.base import (
 )
 from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineConfig, EngineCore
+from voiceserver.engine.prepare import FairPreparer
 
 FRAME_DIM = 16
 SAMPLES_PER_FRAME = 1920
@@ -143,7 +143,7 @@ def measure(contexts: int, steps: int, max_chunk_frames: int = 16) -> dict[str, 
     client: list[EngineClient] = []
 
     async def attach() -> None:
-        client.append(EngineClient(engine, asyncio.get_running_loop(), ThreadPoolExecutor(1)))
+        client.append(EngineClient(engine, asyncio.get_running_loop(), FairPreparer(1)))
 
     async def open_some(n: int) -> None:
         for _ in range(n):

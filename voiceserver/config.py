@@ -28,7 +28,25 @@ class Limits:
     max_text_chars: int = 100_000
     """Characters one context may receive in total."""
     idle_timeout_s: float = 300.0
-    """A session with no client message and no open context for this long is closed (4008)."""
+    """A session that has received no message and sent no audio for this long is
+    closed (4008); open contexts that speak nothing do not keep it alive."""
+    context_idle_timeout_s: float = 60.0
+    """A context that has received no text and sent no audio for this long is ended
+    for the client (its buffered text is still spoken, then ``context.done``), with an
+    ``idle_timeout`` warning; it stops counting against ``max_contexts``."""
+    max_client_share: float = 0.5
+    """Share of the engine's context slots one client (an API key, a connect token or
+    an address: ``voiceserver.clients``) may hold at once, over all its sockets and
+    requests; more gets ``rate_limited`` (HTTP 429). 1 lets one client take it all
+    (a single backend that carries every user's traffic under one key)."""
+    max_messages_per_s: float = 500.0
+    """Messages (socket messages, HTTP requests, socket upgrades) one client may send
+    a second on average; 0 disables the limit. A message past the budget is refused
+    with ``rate_limited``; a socket that goes on sending a second's worth past it is
+    closed (1008), and its client's new requests get HTTP 429 until it is back
+    within budget."""
+    messages_burst: int = 1000
+    """Messages one client may send at once above its per-second rate."""
     max_message_bytes: int = 1 << 20
     """Largest client message; bigger ones get a ``message_too_big`` error and
     close the socket with 1009."""

@@ -13,9 +13,11 @@ from models.registry import resolve
 from voiceserver.config import ModelConfig, ServerConfig
 from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineCore
+from voiceserver.engine.prepare import FairPreparer
 from voiceserver.lifecycle import Lifecycle
 from voiceserver.metrics import Metrics
 from voiceserver.names import OPENAI_VOICES, ModelNames
+from voiceserver.quotas import RateLimiter
 from voiceserver.tasks import VariantTasks
 from voiceserver.voices import VoiceStore
 
@@ -31,9 +33,11 @@ class Runtime:
     encode_pool: ThreadPoolExecutor
     metrics: Metrics
     voices: VoiceStore
-    prepare_pool: ThreadPoolExecutor
+    preparer: FairPreparer
     tasks: VariantTasks
     names: ModelNames
+    rates: RateLimiter
+    """Each client's message budget (``Limits.max_messages_per_s``), on the event loop."""
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     started_at: float = field(default_factory=time.time)
     sessions_open: int = 0
@@ -67,16 +71,17 @@ class Runtime:
             ", ".join(names),
         )
         pool = ThreadPoolExecutor(max_workers=server.encode_threads, thread_name_prefix="encode")
-        prepare = ThreadPoolExecutor(
-            max_workers=server.prepare_threads, thread_name_prefix="prepare"
-        )
+        prepare = FairPreparer(server.prepare_threads)
+        limits = server.limits
+        rates = RateLimiter(limits.max_messages_per_s, limits.messages_burst)
         return cls(
-            server, model_config, model, engine, pool, metrics, voices, prepare, tasks, names
+            server, model_config, model, engine, pool, metrics, voices, prepare, tasks, names, rates
         )
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Open the front end's engine client on the loop that serves requests."""
-        self._client = EngineClient(self.engine, loop, self.prepare_pool)
+        share = self.server.limits.max_client_share
+        self._client = EngineClient(self.engine, loop, self.preparer, max_client_share=share)
 
     @property
     def client(self) -> EngineClient:
@@ -100,7 +105,7 @@ class Runtime:
     def close(self) -> None:
         self.engine.stop()
         self.encode_pool.shutdown(wait=False, cancel_futures=True)
-        self.prepare_pool.shutdown(wait=False, cancel_futures=True)
+        self.preparer.shutdown()
 
 
 def _check_openai_voices(config: ModelConfig, voices: list[str]) -> None:

@@ -5,7 +5,9 @@ What crosses to the engine is plain data (ids, arrays, settings): the client
 runs a model's host-side work first, off the event loop when it is slow:
 
 - ``ModelRunner.prepare`` (voice resolution, reference audio, clone encoding)
-  in a worker pool; the engine admits a context only once it is prepared;
+  on the prepare workers, shared fairly between clients
+  (:class:`~voiceserver.engine.prepare.FairPreparer`); the engine admits a context
+  only once it is prepared, and a cancel drops a preparation that has not started;
 - ``ModelRunner.encode_text`` (tokenizing, phonemizing) on one worker thread, so
   a context's pieces reach the engine in the order they were sent; a runner
   whose encoding takes microseconds (``encodes_inline``) is called in place,
@@ -13,7 +15,9 @@ runs a model's host-side work first, off the event loop when it is slow:
 
 Admission control lives here too: ``open`` raises :class:`Overloaded` at once when
 the engine has no slot to promise or is too loaded to keep its streams in real
-time, so new streams are told to retry instead of every stream stuttering.
+time, so new streams are told to retry instead of every stream stuttering, and
+:class:`OverShare` when the client (``voiceserver.clients``) already holds its
+share of the engine's slots.
 
 Events come back as one batch per engine step for this client, handed to the
 event loop with one ``call_soon_threadsafe``, then to each context's callback.
@@ -30,6 +34,8 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 import numpy as np
 
 from models.base import ModelInputError, Prepared, SynthParams
+from protocol.errors import ErrorCode
+from voiceserver.clients import ClientId
 from voiceserver.engine.core import EngineCore
 from voiceserver.engine.messages import (
     AppendUnits,
@@ -44,7 +50,9 @@ from voiceserver.engine.messages import (
     Throttle,
     WordTimings,
 )
+from voiceserver.engine.prepare import FairPreparer, PrepareJob
 from voiceserver.engine.words import TimedWords, WordTable
+from voiceserver.quotas import ClientCounts
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,16 @@ class Overloaded(Exception):
     """The engine cannot take a new context now; retry later (or elsewhere)."""
 
     retry_after_s = 1
+    code = ErrorCode.OVERLOADED
+    status = 503
+    """The HTTP status that says it."""
+
+
+class OverShare(Overloaded):
+    """This client holds its share of the engine already; end one of its contexts first."""
+
+    code = ErrorCode.RATE_LIMITED
+    status = 429
 
 
 class EngineClient:
@@ -62,14 +80,19 @@ class EngineClient:
         self,
         engine: EngineCore,
         loop: asyncio.AbstractEventLoop,
-        prepare_pool: Executor,
+        preparer: FairPreparer,
         text_pool: Executor | None = None,
+        max_client_share: float = 1.0,
     ) -> None:
+        """``max_client_share``: the share of the engine's slots one client may hold."""
         self.engine = engine
         self.runner = engine.runner
         self._loop = loop
-        self._prepare_pool = prepare_pool
+        self._preparer = preparer
         self._text_pool = text_pool or ThreadPoolExecutor(1, thread_name_prefix="text")
+        slots = engine.scheduler.max_slots
+        self.held = ClientCounts(max(1, int(max_client_share * slots + 1e-9)))
+        """Contexts each client holds now, against its share."""
         self._handles: dict[int, ContextHandle] = {}
         self._inbound: deque[EngineBatch] = deque()
         self._wakeup_pending = False
@@ -85,8 +108,10 @@ class EngineClient:
         *,
         word_timestamps: bool = False,
         first_chunk_frames: int | None = None,
+        client: ClientId | None = None,
     ) -> ContextHandle:
-        """A new context (its ``params`` validated already); raises Overloaded.
+        """A new context (its ``params`` validated already) for ``client`` (None: not
+        counted against any share); raises Overloaded, or OverShare.
 
         ``word_timestamps``: deliver :class:`TimedWords` events before the audio
         they describe, when the model can align this context's words
@@ -95,25 +120,40 @@ class EngineClient:
         ``EngineConfig.max_chunk_frames`` (0 or None: the engine's default);
         ModelInputError naming the field otherwise."""
         first_chunk = self._first_chunk(first_chunk_frames)
+        if client is not None and not self.held.take(client):
+            self.refused += 1
+            raise OverShare(
+                f"this client ({client.kind}) already holds {self.held.cap} contexts, its"
+                " share of the engine; end or cancel one first"
+            )
         cid = self.engine.reserve()
         if cid is None:
+            if client is not None:
+                self.held.give(client)
             self.refused += 1
             raise Overloaded("the engine is at capacity; retry in a moment")
         self.opened += 1
         self.engine.submit(Register(cid, self._id, max_lead_s, first_chunk))
         words = WordTable() if word_timestamps and self.runner.aligns_words(params) else None
-        handle = ContextHandle(self, cid, on_event, words)
+        handle = ContextHandle(self, cid, on_event, words, client)
         self._handles[cid] = handle
         if self.runner.prepares_inline:
             outcome = self._prepare(cid, params)
             if isinstance(outcome, ContextFailed):
                 handle.fail(outcome)
         else:
-            future = self._prepare_pool.submit(self._prepare, cid, params)
-            future.add_done_callback(
-                lambda f: self._loop.call_soon_threadsafe(handle.prepared, f.result())
+            loop = self._loop
+            handle.preparing = self._preparer.submit(
+                client,
+                lambda: self._prepare(cid, params),
+                lambda outcome: loop.call_soon_threadsafe(handle.prepared, outcome),
             )
         return handle
+
+    def _forget(self, handle: ContextHandle) -> None:
+        """The context is over for the front end: its share is the client's again."""
+        if self._handles.pop(handle.cid, None) is not None and handle.client is not None:
+            self.held.give(handle.client)
 
     def _first_chunk(self, frames: int | None) -> int | None:
         if frames is None or frames == 0:
@@ -202,7 +242,7 @@ class EngineClient:
             if handle is None:
                 continue
             if isinstance(event, ContextReleased | ContextFailed) or getattr(event, "final", False):
-                self._handles.pop(event.cid, None)
+                self._forget(handle)
                 handle.ended = True
             if isinstance(event, ContextReleased):
                 continue  # the front end forgot the context when it cancelled
@@ -229,11 +269,20 @@ class ContextHandle:
     """One context, from the front end's side. Calls are made on the event loop."""
 
     def __init__(
-        self, client: EngineClient, cid: int, on_event: OnEvent, words: WordTable | None = None
+        self,
+        owner: EngineClient,
+        cid: int,
+        on_event: OnEvent,
+        words: WordTable | None = None,
+        client: ClientId | None = None,
     ) -> None:
-        self.client = client
+        self.owner = owner
         self.cid = cid
         self.on_event = on_event
+        self.client = client
+        """Who holds it (counted against that client's share)."""
+        self.preparing: PrepareJob | None = None
+        """Its preparation, while queued or running on the prepare workers."""
         self.words = words
         """The context's words so far, when it gets word timing."""
         self.ended = False
@@ -248,6 +297,7 @@ class ContextHandle:
         return self.words is not None
 
     def prepared(self, outcome: Prepared | ContextFailed) -> None:
+        self.preparing = None
         if isinstance(outcome, ContextFailed):
             self.fail(outcome)
 
@@ -260,30 +310,34 @@ class ContextHandle:
             return
         start = self._text_end if offset is None else offset
         self._text_end = start + len(text)
-        client, words = self.client, self.words
-        client._text_job(self, lambda: client._encode(self.cid, text, flush_id, words, start))
+        owner, words = self.owner, self.words
+        owner._text_job(self, lambda: owner._encode(self.cid, text, flush_id, words, start))
 
     def close_input(self) -> None:
         if self._failed:
             return
-        engine = self.client.engine
+        engine = self.owner.engine
 
         def close() -> None:
             engine.submit(CloseInput(self.cid))
 
-        self.client._text_job(self, lambda: close())
+        self.owner._text_job(self, lambda: close())
 
     def throttle(self, paused: bool) -> None:
-        self.client.engine.submit(Throttle(self.cid, paused))
+        self.owner.engine.submit(Throttle(self.cid, paused))
 
     def cancel(self) -> None:
         """Free the context's slot (at once if the engine has not taken the context
-        yet, else at its next step); no event follows."""
+        yet, else at its next step) and drop its preparation if it has not started;
+        no event follows."""
         if self.ended:
             return
         self.ended = True
-        self.client._handles.pop(self.cid, None)
-        engine = self.client.engine
+        if self.preparing is not None:
+            self.preparing.cancel()
+            self.preparing = None
+        self.owner._forget(self)
+        engine = self.owner.engine
         if not engine.retract(self.cid):
             engine.submit(Cancel(self.cid))
 
@@ -295,4 +349,4 @@ class ContextHandle:
             return
         self._failed = True
         self.cancel()
-        self.client._loop.call_soon(self.on_event, event)
+        self.owner._loop.call_soon(self.on_event, event)

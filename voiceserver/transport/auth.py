@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 
 from starlette.datastructures import Headers, QueryParams
 from starlette.responses import JSONResponse
@@ -38,9 +39,16 @@ def offered_key(headers: Headers, query: QueryParams | None = None) -> str | Non
 def key_ok(keys: tuple[str, ...], offered: str | None) -> bool:
     if not keys:
         return True
-    if offered is None:
-        return False
-    return any(hmac.compare_digest(offered.encode(), k.encode()) for k in keys)
+    return offered is not None and key_index(keys, offered) is not None
+
+
+def key_index(keys: tuple[str, ...], offered: str) -> int | None:
+    """Which of ``keys`` ``offered`` is (compared in constant time), or None."""
+    found = None
+    for index, key in enumerate(keys):
+        if hmac.compare_digest(offered.encode(), key.encode()):
+            found = index
+    return found
 
 
 def chosen_subprotocol(headers: Headers) -> str | None:
@@ -57,12 +65,21 @@ def _token_signer(ws: WebSocket) -> TokenSigner | None:
     return getattr(state, "token_signer", None)
 
 
-def websocket_refusal(ws: WebSocket, keys: tuple[str, ...]) -> str | None:
-    """None when the upgrade may proceed, else what is wrong: the socket needs one
-    of ``keys`` or a connect token from ``POST /v1/auth/tokens`` (none: open)."""
+@dataclass(frozen=True)
+class Admission:
+    """A socket the credentials let in."""
+
+    expires_at: float | None = None
+    """Unix seconds when the connect token it opened with expires (None: a key, or
+    an open server): the session then finishes what it speaks and closes."""
+
+
+def websocket_admission(ws: WebSocket, keys: tuple[str, ...]) -> Admission | str:
+    """The admission, or what is wrong: the socket needs one of ``keys`` or a
+    connect token from ``POST /v1/auth/tokens`` (no keys: open)."""
     offered = offered_key(ws.headers, ws.query_params)
     if key_ok(keys, offered):
-        return None
+        return Admission()
     if offered is None:
         return "missing credentials: pass ?token=<connect token> or the API key"
     signer = _token_signer(ws)
@@ -70,23 +87,36 @@ def websocket_refusal(ws: WebSocket, keys: tuple[str, ...]) -> str | None:
         return "invalid API key"
     why = signer.verify(offered)
     if why is None:
-        return None
+        return Admission(signer.expires_at(offered))
     if why == "malformed token":
         return "invalid API key or connect token"
     return why
 
 
-async def admit_websocket(ws: WebSocket, keys: tuple[str, ...]) -> bool:
+async def admit_websocket(ws: WebSocket, keys: tuple[str, ...]) -> Admission | None:
     """Check the key or connect token before the upgrade; a refused client gets
     HTTP 401 (or close code 4001 where the server cannot answer a handshake with
     a response), the reason saying what was wrong."""
-    why = websocket_refusal(ws, keys)
-    if why is None:
-        return True
+    admission = websocket_admission(ws, keys)
+    if isinstance(admission, Admission):
+        return admission
+    await deny_websocket(ws, 401, int(CloseCode.UNAUTHORIZED), "unauthorized", admission)
+    return None
+
+
+async def deny_websocket(
+    ws: WebSocket,
+    status: int,
+    close_code: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Refuse an upgrade: an HTTP response where the server can send one, else an
+    accepted-then-closed socket (the reason cut to fit a close frame)."""
     if "websocket.http.response" in ws.scope.get("extensions", {}):
-        body = {"error": {"code": "unauthorized", "message": why}}
-        await ws.send_denial_response(JSONResponse(body, 401))
+        body = {"error": {"code": code, "message": message}}
+        await ws.send_denial_response(JSONResponse(body, status, headers=headers))
     else:
         # A close reason is limited to 123 bytes.
-        await ws.close(code=int(CloseCode.UNAUTHORIZED), reason=why[:120])
-    return False
+        await ws.close(code=close_code, reason=message[:120])

@@ -419,11 +419,11 @@ def test_engine_audio_equals_reference_waveform(run: VariantRun) -> None:
     1-frame first chunks, clone priming): its audio equals the reference's decode
     of the reference's own codes."""
     import asyncio
-    from concurrent.futures import ThreadPoolExecutor
 
     from voiceserver.engine.client import EngineClient
     from voiceserver.engine.core import EngineConfig, EngineCore
     from voiceserver.engine.messages import AudioChunk, EngineEvent
+    from voiceserver.engine.prepare import FairPreparer
 
     engine = EngineCore(
         run.model, EngineConfig(first_chunk_frames=1, max_chunk_frames=8, admission_load=0)
@@ -433,7 +433,7 @@ def test_engine_audio_equals_reference_waveform(run: VariantRun) -> None:
 
     async def speak() -> dict[int, list[np.ndarray]]:
         events: asyncio.Queue[EngineEvent] = asyncio.Queue()
-        client = EngineClient(engine, asyncio.get_running_loop(), ThreadPoolExecutor(2))
+        client = EngineClient(engine, asyncio.get_running_loop(), FairPreparer(2))
         voice = run.model.capabilities.default_voice
         # Each text arrives whole here: a case streamed in pieces without choosing the
         # mode would take the whole-text mode instead of the one the reference ran.

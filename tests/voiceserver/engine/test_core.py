@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from models.tiny.model import TinyRunner, load
 from voiceserver.engine.client import ContextHandle, EngineClient, Overloaded
 from voiceserver.engine.core import EngineConfig, EngineCore
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
+from voiceserver.engine.prepare import FairPreparer
 
 
 class PickyRunner(TinyRunner):
@@ -59,7 +59,7 @@ def start(
     settings.update(config)
     core = EngineCore(model, EngineConfig(**settings))  # type: ignore[arg-type]
     core.start()
-    client = EngineClient(core, asyncio.get_running_loop(), ThreadPoolExecutor(1))
+    client = EngineClient(core, asyncio.get_running_loop(), FairPreparer(1))
     return core, client
 
 
@@ -159,7 +159,7 @@ async def test_a_context_cancelled_before_the_engine_took_it_frees_its_place_at_
     model = load({"max_contexts": 2})
     config = EngineConfig(first_chunk_frames=1, max_chunk_frames=4, admission_load=0.0)
     core = EngineCore(model, config)  # not started yet: it takes nothing meanwhile
-    client = EngineClient(core, asyncio.get_running_loop(), ThreadPoolExecutor(1))
+    client = EngineClient(core, asyncio.get_running_loop(), FairPreparer(1))
     gone = [Events() for _ in range(10)]
     for events in gone:
         handle = open_context(client, events)

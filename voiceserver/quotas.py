@@ -1,0 +1,102 @@
+"""Per-client budgets: a message rate, and counts of what a client holds at once.
+
+Both are kept on the event loop (no locks) and keyed by :class:`ClientId`, so a
+client's sockets and HTTP requests share one budget. Entries of clients that hold
+nothing and have a full budget are pruned as the tables grow, so a stream of new
+addresses costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from voiceserver.clients import ClientId
+
+PRUNE_AT = 4096
+"""Table size that triggers a sweep of entries that carry no information."""
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class RateLimiter:
+    """A token bucket per client: ``rate`` messages a second on average, up to
+    ``burst`` at once. ``rate`` 0 disables the limit."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = float(rate)
+        self.burst = max(float(burst), 1.0)
+        self._buckets: dict[ClientId, _Bucket] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate > 0
+
+    def spend(self, client: ClientId, cost: float = 1.0, now: float | None = None) -> bool:
+        """Take ``cost`` from the client's budget; False (nothing taken) when it lacks it."""
+        if not self.enabled:
+            return True
+        now = time.monotonic() if now is None else now
+        bucket = self._buckets.get(client)
+        if bucket is None:
+            if len(self._buckets) >= PRUNE_AT:
+                self._prune(now)
+            bucket = self._buckets[client] = _Bucket(self.burst, now)
+        else:
+            bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) * self.rate)
+            bucket.at = now
+        if bucket.tokens < cost:
+            return False
+        bucket.tokens -= cost
+        return True
+
+    def retry_after_s(self, client: ClientId, cost: float = 1.0) -> float:
+        """Seconds until ``cost`` would be affordable (0 when it is now)."""
+        bucket = self._buckets.get(client)
+        if not self.enabled or bucket is None:
+            return 0.0
+        tokens = min(self.burst, bucket.tokens + (time.monotonic() - bucket.at) * self.rate)
+        return max(0.0, (cost - tokens) / self.rate)
+
+    def _prune(self, now: float) -> None:
+        full = [
+            c for c, b in self._buckets.items() if b.tokens + (now - b.at) * self.rate >= self.burst
+        ]
+        for client in full:
+            del self._buckets[client]
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+
+class ClientCounts:
+    """How many of something each client holds now, against a per-client cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._held: Counter[ClientId] = Counter()
+
+    def take(self, client: ClientId) -> bool:
+        """Count one more for ``client``; False (nothing counted) at its cap."""
+        if self._held[client] >= self.cap:
+            return False
+        self._held[client] += 1
+        return True
+
+    def give(self, client: ClientId) -> None:
+        held = self._held[client] - 1
+        if held > 0:
+            self._held[client] = held
+        else:
+            del self._held[client]
+
+    def held(self, client: ClientId) -> int:
+        return self._held.get(client, 0)
+
+    def __len__(self) -> int:
+        return len(self._held)
