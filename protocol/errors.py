@@ -40,6 +40,7 @@ class ErrorCode(StrEnum):
     SERVER_SHUTDOWN = "server_shutdown"  # the server stopped before the context finished
     ORIGIN_NOT_ALLOWED = "origin_not_allowed"  # a browser page from a foreign origin
     REQUEST_TIMEOUT = "request_timeout"  # an HTTP request body did not arrive in time
+    TOKEN_EXPIRED = "token_expired"  # the socket's connect token expired: it finishes, then closes
 
 
 class CloseCode(IntEnum):

@@ -519,6 +519,16 @@ class ServerSession:
             ContextCancelled(context_id=context_id, audio_sent_ms=audio_sent_ms, last_seq=last_seq)
         )
 
+    def end_context(self, context_id: str) -> bool:
+        """End an open context from the server's side, as if the client had sent
+        ``context.end`` (an idle context); True when it was open. Text sent to it
+        afterwards is ``context_closed``."""
+        ctx = self._active.get(context_id)
+        if ctx is None or ctx.state is not ContextState.OPEN:
+            return False
+        ctx.state = ContextState.ENDING
+        return True
+
     def abort_context(self, context_id: str) -> None:
         """Forget a context the server refused to run (e.g. an unknown voice).
 

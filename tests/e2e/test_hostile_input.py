@@ -116,12 +116,15 @@ async def test_idle_timeout_has_a_floor(tiny_server: RunningServer) -> None:
         "tiny",
     )
     # The smallest allowed timeout with an open context does not spin the event loop:
-    # the process uses far less than a core while the context waits for text.
+    # the process uses far less than a core while the context waits for text (an open
+    # context that says nothing is no activity: keepalives hold the session open).
     await client.send(type="session.update", idle_timeout_s=0.1)
     await client.until("session.updated")
     await client.send(type="text.append", context_id="open", text="waiting ")
     cpu = time.process_time()
-    await asyncio.sleep(1.0)
+    for _ in range(20):
+        await asyncio.sleep(0.05)
+        await client.send(type="keepalive")
     assert time.process_time() - cpu < 0.5
     await client.send(type="context.end", context_id="open")
     await client.until("context.done", "open")

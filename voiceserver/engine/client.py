@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -91,8 +92,11 @@ class EngineClient:
         self._preparer = preparer
         self._text_pool = text_pool or ThreadPoolExecutor(1, thread_name_prefix="text")
         slots = engine.scheduler.max_slots
-        self.held = ClientCounts(max(1, int(max_client_share * slots + 1e-9)))
-        """Contexts each client holds now, against its share."""
+        share = max(1, int(max_client_share * slots + 1e-9))
+        self.held = ClientCounts(share)
+        """Active contexts (slots used or promised) of each client, against its share."""
+        self.parked = ClientCounts(share)
+        """Parked contexts (prepared, waiting for text) of each client."""
         self._handles: dict[int, ContextHandle] = {}
         self._inbound: deque[EngineBatch] = deque()
         self._wakeup_pending = False
@@ -109,10 +113,15 @@ class EngineClient:
         word_timestamps: bool = False,
         first_chunk_frames: int | None = None,
         client: ClientId | None = None,
+        parked: bool = False,
     ) -> ContextHandle:
         """A new context (its ``params`` validated already) for ``client`` (None: not
         counted against any share); raises Overloaded, or OverShare.
 
+        ``parked``: prepare the context now, but take no engine slot until
+        :meth:`ContextHandle.activate` (a socket's context that has no text yet); a
+        client may hold as many parked contexts as its share of slots. Otherwise the
+        context is active at once.
         ``word_timestamps``: deliver :class:`TimedWords` events before the audio
         they describe, when the model can align this context's words
         (``ContextHandle.aligns_words`` says whether it can).
@@ -120,39 +129,61 @@ class EngineClient:
         ``EngineConfig.max_chunk_frames`` (0 or None: the engine's default);
         ModelInputError naming the field otherwise."""
         first_chunk = self._first_chunk(first_chunk_frames)
+        words = WordTable() if word_timestamps and self.runner.aligns_words(params) else None
+        handle = ContextHandle(
+            self, self.engine.new_id(), on_event, words, client, max_lead_s, first_chunk
+        )
+        if parked:
+            if client is not None and not self.parked.take(client):
+                self.refused += 1
+                raise OverShare(
+                    f"this client ({client.kind}) already has {self.parked.cap} contexts"
+                    " waiting for text; send them text, end or cancel them first"
+                )
+            handle.state = "parked"
+        else:
+            self._activate(handle)
+        self._handles[handle.cid] = handle
+        if self.runner.prepares_inline:
+            outcome = self._prepare(handle.cid, params)
+            handle.on_prepared(outcome)
+            handle.prepared(outcome)
+        else:
+            loop = self._loop
+
+            def done(outcome: Prepared | ContextFailed) -> None:
+                handle.on_prepared(outcome)
+                loop.call_soon_threadsafe(handle.prepared, outcome)
+
+            handle.preparing = self._preparer.submit(
+                client, lambda: self._prepare(handle.cid, params), done
+            )
+        return handle
+
+    def _activate(self, handle: ContextHandle) -> None:
+        """Reserve an engine slot for ``handle``; raises Overloaded or OverShare."""
+        client = handle.client
         if client is not None and not self.held.take(client):
             self.refused += 1
             raise OverShare(
                 f"this client ({client.kind}) already holds {self.held.cap} contexts, its"
                 " share of the engine; end or cancel one first"
             )
-        cid = self.engine.reserve()
-        if cid is None:
+        if not self.engine.reserve(handle.cid):
             if client is not None:
                 self.held.give(client)
             self.refused += 1
             raise Overloaded("the engine is at capacity; retry in a moment")
         self.opened += 1
-        self.engine.submit(Register(cid, self._id, max_lead_s, first_chunk))
-        words = WordTable() if word_timestamps and self.runner.aligns_words(params) else None
-        handle = ContextHandle(self, cid, on_event, words, client)
-        self._handles[cid] = handle
-        if self.runner.prepares_inline:
-            outcome = self._prepare(cid, params)
-            if isinstance(outcome, ContextFailed):
-                handle.fail(outcome)
-        else:
-            loop = self._loop
-            handle.preparing = self._preparer.submit(
-                client,
-                lambda: self._prepare(cid, params),
-                lambda outcome: loop.call_soon_threadsafe(handle.prepared, outcome),
-            )
-        return handle
+        self.engine.submit(Register(handle.cid, self._id, handle.max_lead_s, handle.first_chunk))
 
     def _forget(self, handle: ContextHandle) -> None:
-        """The context is over for the front end: its share is the client's again."""
-        if self._handles.pop(handle.cid, None) is not None and handle.client is not None:
+        """The context is over for the front end: what it held is its client's again."""
+        if self._handles.pop(handle.cid, None) is None or handle.client is None:
+            return
+        if handle.state == "parked":
+            self.parked.give(handle.client)
+        else:
             self.held.give(handle.client)
 
     def _first_chunk(self, frames: int | None) -> int | None:
@@ -170,14 +201,12 @@ class EngineClient:
 
     def _prepare(self, cid: int, params: SynthParams) -> Prepared | ContextFailed:
         try:
-            prepared = self.runner.prepare(params)
+            return self.runner.prepare(params)
         except ModelInputError as exc:
             return ContextFailed(cid, exc.code, str(exc), exc.param)
         except Exception as exc:
             log.exception("preparing a context failed")
             return ContextFailed(cid, "internal_error", f"preparing the context failed: {exc}")
-        self.engine.submit(Ready(cid, prepared))
-        return prepared
 
     def _encode(
         self, cid: int, text: str, flush_id: int | None, words: WordTable | None, offset: int
@@ -266,7 +295,8 @@ def _renumbered(table: np.ndarray, first: int) -> np.ndarray:
 
 
 class ContextHandle:
-    """One context, from the front end's side. Calls are made on the event loop."""
+    """One context, from the front end's side. Calls are made on the event loop,
+    except :meth:`on_prepared` (made where the preparation ran)."""
 
     def __init__(
         self,
@@ -275,14 +305,23 @@ class ContextHandle:
         on_event: OnEvent,
         words: WordTable | None = None,
         client: ClientId | None = None,
+        max_lead_s: float | None = None,
+        first_chunk: int | None = None,
     ) -> None:
         self.owner = owner
         self.cid = cid
         self.on_event = on_event
         self.client = client
         """Who holds it (counted against that client's share)."""
+        self.max_lead_s = max_lead_s
+        self.first_chunk = first_chunk
+        self.state = "active"
+        """``parked`` (prepared or preparing, no engine slot yet) or ``active``."""
         self.preparing: PrepareJob | None = None
         """Its preparation, while queued or running on the prepare workers."""
+        self._lock = threading.Lock()
+        self._outcome: Prepared | ContextFailed | None = None
+        """The preparation's result, once there is one."""
         self.words = words
         """The context's words so far, when it gets word timing."""
         self.ended = False
@@ -296,7 +335,37 @@ class ContextHandle:
         """The context gets :class:`TimedWords` events (it asked, and the model can)."""
         return self.words is not None
 
+    @property
+    def parked(self) -> bool:
+        return self.state == "parked"
+
+    def activate(self) -> None:
+        """Take an engine slot for a parked context (it has something to speak now);
+        raises Overloaded, or OverShare. Nothing to do for an active one."""
+        if self.state != "parked" or self.ended:
+            return
+        owner = self.owner
+        owner._activate(self)
+        if self.client is not None:
+            owner.parked.give(self.client)
+        with self._lock:
+            self.state = "active"
+            outcome = self._outcome
+        if isinstance(outcome, Prepared):
+            owner.engine.submit(Ready(self.cid, outcome))
+
+    def on_prepared(self, outcome: Prepared | ContextFailed) -> None:
+        """The preparation's result, where it was made: an active context's goes to
+        the engine now; a parked one's when it is activated (whichever comes second
+        sends it, once)."""
+        with self._lock:
+            self._outcome = outcome
+            active = self.state == "active"
+        if active and isinstance(outcome, Prepared):
+            self.owner.engine.submit(Ready(self.cid, outcome))
+
     def prepared(self, outcome: Prepared | ContextFailed) -> None:
+        """On the event loop, after :meth:`on_prepared`: a failure ends the context."""
         self.preparing = None
         if isinstance(outcome, ContextFailed):
             self.fail(outcome)
@@ -337,6 +406,8 @@ class ContextHandle:
             self.preparing.cancel()
             self.preparing = None
         self.owner._forget(self)
+        if self.state == "parked":
+            return  # the engine never heard of it
         engine = self.owner.engine
         if not engine.retract(self.cid):
             engine.submit(Cancel(self.cid))

@@ -180,17 +180,26 @@ class EngineCore:
             self._clients[self._next_id] = deliver
             return self._next_id
 
-    def reserve(self, check_load: bool = True) -> int | None:
-        """A new context id with a slot reserved for it, or None when the engine is
-        full (every slot used or promised) or too loaded to keep its streams real time
-        (unless ``check_load`` is False: a benchmark that wants every context run)."""
+    def new_id(self) -> int:
+        """A context id that no other context has (nothing reserved for it yet)."""
+        with self._lock:
+            self._next_id += 1
+            return self._next_id
+
+    def reserve(self, cid: int | None = None, check_load: bool = True) -> int | None:
+        """Reserve a slot for context ``cid`` (a :meth:`new_id`; None: a new one) and
+        return its id, or None when the engine is full (every slot used or promised)
+        or too loaded to keep its streams real time (unless ``check_load`` is False:
+        a benchmark that wants every context run)."""
         with self._lock:
             if self._full(check_load):
                 return None
             self._reserved += 1
-            self._next_id += 1
-            self._unregistered.add(self._next_id)
-            return self._next_id
+            if cid is None:
+                self._next_id += 1
+                cid = self._next_id
+            self._unregistered.add(cid)
+            return cid
 
     def retract(self, cid: int) -> bool:
         """Give up a reserved context the engine thread has not taken yet (its

@@ -29,6 +29,7 @@ _TYPES = {
     404: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
+    429: "rate_limit_error",
     500: "server_error",
     503: "server_error",
 }
@@ -37,6 +38,7 @@ _STATUS_OF_CODE = {
     ErrorCode.UNKNOWN_MODEL: 404,
     ErrorCode.INTERNAL_ERROR: 500,
     ErrorCode.OVERLOADED: 503,
+    ErrorCode.RATE_LIMITED: 429,
 }
 
 

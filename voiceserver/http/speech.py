@@ -87,8 +87,10 @@ from voiceserver.audio.containers import (
     media_type,
 )
 from voiceserver.audio.pipeline import make_file_output
+from voiceserver.clients import ClientId
 from voiceserver.engine.client import Overloaded
 from voiceserver.engine.messages import AudioChunk
+from voiceserver.http.budget import request_client
 from voiceserver.http.errors import (
     ApiError,
     check_auth,
@@ -437,10 +439,18 @@ class SpeechStream:
     went away); it is idempotent.
     """
 
-    def __init__(self, rt: Runtime, request: SpeechRequest, endpoint: str = "http") -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        request: SpeechRequest,
+        endpoint: str = "http",
+        client: ClientId | None = None,
+    ) -> None:
         self.rt = rt
         self.request = request
         self.endpoint = endpoint
+        self.client = client
+        """Whose share of the engine the request counts against."""
         self._samples_per_frame = rt.model.capabilities.samples_per_frame
         self._output: ContextOutput | None = None
         self._utterance: Utterance | None = None
@@ -469,11 +479,13 @@ class SpeechStream:
         if self._closed:  # closed while the stage was being built
             self._output.close()
         try:
-            utterance = Utterance(self.rt, request.params, endpoint=self.endpoint)
+            utterance = Utterance(
+                self.rt, request.params, endpoint=self.endpoint, client=self.client
+            )
         except Overloaded as exc:
             self.close()
             raise ApiError(
-                503, f"{exc}", code=ErrorCode.OVERLOADED, retry_after=exc.retry_after_s
+                exc.status, f"{exc}", code=exc.code, retry_after=exc.retry_after_s
             ) from None
         self._utterance = utterance
         self._events = utterance.events()
@@ -524,10 +536,10 @@ class SpeechStream:
 
 
 async def synthesize(
-    rt: Runtime, request: SpeechRequest, endpoint: str = "batch"
+    rt: Runtime, request: SpeechRequest, endpoint: str = "batch", client: ClientId | None = None
 ) -> tuple[bytes, dict[str, int]]:
     """The whole file and its usage (for the batch endpoint)."""
-    stream = SpeechStream(rt, request, endpoint)
+    stream = SpeechStream(rt, request, endpoint, client)
     try:
         await stream.start()
         data = b"".join([part async for part in stream.chunks()])
@@ -614,7 +626,7 @@ async def speech(request: Request) -> Response:
             request, load_ref_audio(rt, await read_json_object(request))
         )
         speech_request = parse_speech_request(rt, body)
-        stream = SpeechStream(rt, speech_request)
+        stream = SpeechStream(rt, speech_request, client=request_client(request))
         await cancel_on_disconnect(request, stream.start())
     except ApiError as err:
         guard.release()

@@ -1,4 +1,10 @@
-"""One live context of a session: its text buffering and its audio output stage."""
+"""One live context of a session: its text buffering and its audio output stage.
+
+The context is prepared at once (reference audio, voice) but takes an engine slot
+only once it has something to speak (its first segment of text, a flush or its
+end): until then its handle is parked, so contexts opened and left empty cost no
+engine capacity.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from voiceserver.text.words import WordStreamer
 class LiveContext:
     context_id: str
     handle: ContextHandle
-    """The context on the engine's side."""
+    """The context on the engine's side (parked until it has something to speak)."""
     settings: ContextSettings
     stage: OutputStage
     output: ContextOutput
@@ -28,6 +34,8 @@ class LiveContext:
     words: WordStreamer | None
     """Word release, for models that read text while they speak."""
     tracker: RequestTracker
+    last_activity: float
+    """When it last received text or sent audio (monotonic seconds)."""
     chars: int = 0
     frames_in: int = 0
     """Model-rate samples received from the engine."""

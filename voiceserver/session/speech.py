@@ -11,6 +11,16 @@ A client that does not read is dropped, never waited for: every queued byte
 complete within ``Limits.slow_reader_timeout_s``. Either failing frees the
 session's contexts at once, tries to say ``slow_reader`` with a close 1008 for a
 moment, then aborts the connection (its unsent buffers are discarded).
+
+What one client may take is bounded too (``voiceserver.clients``): each message
+spends from the client's rate budget (a message past it is refused with
+``rate_limited``; a second's worth of refusals closes the socket 1008); a context
+takes an engine slot only once it has something to speak, counted against the
+client's share of the engine; a context that receives no text and sends no audio
+for ``Limits.context_idle_timeout_s`` is ended, and a session that receives
+nothing and sends no audio for its idle timeout is closed (4008). A socket opened
+with a connect token finishes what it speaks when the token expires, then closes
+(4001).
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ import time
 from dataclasses import replace
 from itertools import count
 from typing import Any
+
+import msgspec
 
 from models.base import ModelInputError, SynthParams
 from protocol.errors import CloseCode, ErrorCode, ProtocolError, close_code_for
@@ -40,7 +52,8 @@ from protocol.events import (
 from protocol.messages import ContextSettings, Usage, WordTimestamp
 from protocol.session import ServerSession
 from voiceserver.audio import AudioFormat, make_output
-from voiceserver.engine.client import Overloaded
+from voiceserver.clients import ClientId
+from voiceserver.engine.client import ContextHandle, Overloaded
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
 from voiceserver.engine.words import TimedWords
 from voiceserver.params import resolve_params
@@ -80,12 +93,48 @@ class _CloseSocket:
         self.code, self.reason = code, reason
 
 
+class _Peek(msgspec.Struct):
+    """What a refused message is about, read without validating it."""
+
+    type: Any = None
+    context_id: Any = None
+
+
+_peek = msgspec.json.Decoder(_Peek)
+_PEEKED_ID_CHARS = 256
+
+
+def _peek_context(data: str | bytes) -> str | None:
+    try:
+        context_id = _peek.decode(data).context_id
+    except (msgspec.DecodeError, UnicodeEncodeError, RecursionError):
+        return None
+    ok = isinstance(context_id, str) and len(context_id) <= _PEEKED_ID_CHARS
+    return context_id if ok else None
+
+
 class SpeechSession:
-    def __init__(self, runtime: Runtime, proto: ServerSession, peer: Peer) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        proto: ServerSession,
+        peer: Peer,
+        client: ClientId | None = None,
+        expires_at: float | None = None,
+    ) -> None:
+        """``client``: who the session belongs to (its rate budget and engine share;
+        None: no per-client limits). ``expires_at``: when the connect token it opened
+        with expires (unix seconds), after which it finishes and closes."""
         self.rt = runtime
         self.proto = proto
         self._peer = peer
+        self.client = client
+        self.expires_at = expires_at
+        self.expired = False
         self._loop = asyncio.get_running_loop()
+        self._refused_at = 0.0
+        self._refused = 0
+        """Messages refused for the rate budget in the second since ``_refused_at``."""
         limits = runtime.server.limits
         self._outbox = Outbox(limits.outbox_max_bytes)
         self._send_timeout = limits.slow_reader_timeout_s
@@ -104,13 +153,38 @@ class SpeechSession:
 
     def on_text(self, data: str) -> None:
         self.last_activity = time.monotonic()
-        if not self.dropped:
+        if not self.dropped and self._within_budget(data):
             self._handle(self.proto.receive_text(data))
 
     def on_bytes(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
-        if not self.dropped:
+        if not self.dropped and self._within_budget(None):
             self._handle(self.proto.receive_bytes(data))
+
+    def _within_budget(self, data: str | None) -> bool:
+        """Spend one message from the client's budget; refuse the message past it."""
+        if self.client is None or self.rt.rates.spend(self.client, now=self.last_activity):
+            return True
+        now, limit = self.last_activity, self.rt.server.limits.max_messages_per_s
+        if now - self._refused_at >= 1.0:
+            self._refused_at, self._refused = now, 0
+        self._refused += 1
+        if self._refused > limit:
+            self.drop_client(
+                CloseCode.POLICY_VIOLATION,
+                ErrorCode.RATE_LIMITED,
+                f"rate_limited: over {limit:g} messages a second past this client's budget",
+            )
+            return False
+        self.rt.metrics.error("ws", str(ErrorCode.RATE_LIMITED))
+        err = ProtocolError(
+            ErrorCode.RATE_LIMITED,
+            f"message refused: this client may send {limit:g} messages a second (bursts of"
+            f" {self.rt.server.limits.messages_burst}); slow down, or the socket is closed",
+            context_id=_peek_context(data) if data is not None else None,
+        )
+        self._put_text(self.proto.error_message(err))
+        return False
 
     def _put_text(
         self, message: str, ctx: LiveContext | None = None, *, opens: bool = False
@@ -179,6 +253,9 @@ class SpeechSession:
                 ),
             )
             return
+        if self.expired:
+            self._reject(event, ProtocolError(ErrorCode.TOKEN_EXPIRED, _EXPIRED))
+            return
         warnings: list[str] = []
         try:
             params = self._params(settings, warnings)
@@ -204,16 +281,28 @@ class SpeechSession:
             segmenter = TextSegmenter(seg_config)
         try:
             handle = self.rt.client.open(
-                params, self._on_engine_event, word_timestamps=settings.timestamps == "word"
+                params,
+                self._on_engine_event,
+                word_timestamps=settings.timestamps == "word",
+                client=self.client,
+                parked=True,
             )
         except Overloaded as exc:
             stage.close()
-            self._reject(event, ProtocolError(ErrorCode.OVERLOADED, f"{exc}"))
+            self._reject(event, ProtocolError(exc.code, str(exc)))
             return
         tracker = self.rt.metrics.track("ws")
         output = ContextOutput(stage, self.rt.encode_pool)
         ctx = LiveContext(
-            event.context_id, handle, settings, stage, output, segmenter, words, tracker
+            event.context_id,
+            handle,
+            settings,
+            stage,
+            output,
+            segmenter,
+            words,
+            tracker,
+            time.monotonic(),
         )
         self._contexts[ctx.context_id] = ctx
         self._by_cid[handle.cid] = ctx
@@ -233,6 +322,27 @@ class SpeechSession:
                 ),
                 ctx,
             )
+
+    def _engine(self, ctx: LiveContext) -> ContextHandle | None:
+        """The context's engine side, taking its slot now if it is parked (it has
+        something to speak); None when the context is gone or the engine refuses it
+        (the client is told, and the context ends as cancelled)."""
+        if ctx.gone:
+            return None
+        try:
+            ctx.handle.activate()
+        except Overloaded as exc:
+            self._fail(ctx, ProtocolError(exc.code, str(exc), context_id=ctx.context_id))
+            return None
+        return ctx.handle
+
+    def _fail(self, ctx: LiveContext, err: ProtocolError) -> None:
+        """End a context for a reason of the server's: the error, then its cancellation."""
+        self.rt.metrics.error("ws", str(err.code))
+        self._drop(ctx)
+        ctx.tracker.failed(str(err.code))
+        self._put_text(self.proto.error_message(err), ctx)
+        self._outbox.put(_Cancelled(ctx), 0, ctx)
 
     def _reject(self, event: ContextOpened, err: ProtocolError) -> None:
         err = err.replace(context_id=event.context_id, event_id=event.event_id)
@@ -260,10 +370,13 @@ class SpeechSession:
         if ctx is None or ctx.gone:
             return
         ctx.chars += len(event.text)
+        ctx.last_activity = self.last_activity
         ctx.tracker.text_arrived()
         if ctx.words is not None:
-            for piece in ctx.words.push(event.text):
-                ctx.handle.append(piece)
+            pieces = ctx.words.push(event.text)
+            if pieces and (handle := self._engine(ctx)) is not None:
+                for piece in pieces:
+                    handle.append(piece)
         else:
             assert ctx.segmenter is not None
             self._submit_segments(ctx, ctx.segmenter.push(event.text, time.monotonic()))
@@ -272,8 +385,11 @@ class SpeechSession:
             self._flush(ctx, None)
 
     def _submit_segments(self, ctx: LiveContext, segments: list[Segment]) -> None:
+        handle = self._engine(ctx) if segments else None
+        if handle is None:
+            return
         for segment in segments:
-            ctx.handle.append(segment.text, offset=segment.char_start)
+            handle.append(segment.text, offset=segment.char_start)
 
     def _arm_timer(self, ctx: LiveContext) -> None:
         ctx.cancel_timer()
@@ -301,22 +417,26 @@ class SpeechSession:
         return [(segment.text, segment.char_start) for segment in ctx.segmenter.flush()]
 
     def _flush(self, ctx: LiveContext, flush_id: str | None) -> None:
-        if ctx.gone:
+        handle = self._engine(ctx)
+        if handle is None:
             return
         engine_flush = next(self._flush_ids)
         ctx.flush_names[engine_flush] = flush_id
         *pieces, (last, offset) = self._take_buffered(ctx) or [("", None)]
         for piece, at in pieces:
-            ctx.handle.append(piece, offset=at)
-        ctx.handle.append(last, engine_flush, offset)
+            handle.append(piece, offset=at)
+        handle.append(last, engine_flush, offset)
 
     def _end(self, ctx: LiveContext) -> None:
         if ctx.gone or ctx.ended:
             return
         ctx.ended = True
+        handle = self._engine(ctx)
+        if handle is None:
+            return
         for piece, offset in self._take_buffered(ctx):
-            ctx.handle.append(piece, offset=offset)
-        ctx.handle.close_input()
+            handle.append(piece, offset=offset)
+        handle.close_input()
 
     def _cancel(self, context_id: str) -> None:
         ctx = self._contexts.get(context_id)
@@ -334,8 +454,8 @@ class SpeechSession:
         ctx.gone = True
         ctx.cancel_timer()
         ctx.handle.cancel()
-        self._contexts.pop(ctx.context_id, None)
         self._by_cid.pop(ctx.cid, None)
+        self._contexts.pop(ctx.context_id, None)
         ctx.output.close()
 
     # -- engine events (on the event loop) -----------------------------------
@@ -368,10 +488,7 @@ class SpeechSession:
             err = ProtocolError(
                 _code(event.code), event.message, param=event.param, context_id=ctx.context_id
             )
-            self._drop(ctx)
-            ctx.tracker.failed(event.code)
-            self._put_text(self.proto.error_message(err), ctx)
-            self._outbox.put(_Cancelled(ctx), 0, ctx)
+            self._fail(ctx, err)
 
     def _check_budget(self) -> None:
         if self._outbox.over_limit:
@@ -452,6 +569,8 @@ class SpeechSession:
             self._fail_context(ctx, exc)
             return
         ctx.frames_in += len(chunk.pcm)
+        if len(chunk.pcm):
+            ctx.last_activity = self.last_activity = time.monotonic()
         if chunk.final and not payloads:
             payloads = [b""]  # the context-end flag always reaches the client
         last = len(payloads) - 1
@@ -518,6 +637,45 @@ class SpeechSession:
             self._outbox.put(
                 _CloseSocket(int(CloseCode.SERVICE_RESTART), "server shutting down"), 0
             )
+        elif self.expired and not self._contexts:
+            self._outbox.put(_CloseSocket(int(CloseCode.UNAUTHORIZED), "connect token expired"), 0)
+
+    # -- time (the transport calls these) -------------------------------------
+
+    def check_idle(self, now: float) -> None:
+        """Close the session if it has been idle too long, and end idle contexts."""
+        timeout = self.proto.settings.idle_timeout_s or self.proto.limits.idle_timeout_s
+        if now - self.last_activity > timeout:
+            self.drop_client(CloseCode.IDLE_TIMEOUT, ErrorCode.IDLE_TIMEOUT, "idle timeout")
+            return
+        context_timeout = self.rt.server.limits.context_idle_timeout_s
+        for ctx in list(self._contexts.values()):
+            if not ctx.ended and now - ctx.last_activity > context_timeout:
+                self._end_for_client(
+                    ctx,
+                    ErrorCode.IDLE_TIMEOUT,
+                    f"context received no text and sent no audio for {context_timeout:g} s;"
+                    " it was ended: what it had is spoken, then context.done",
+                )
+
+    def token_expired(self) -> None:
+        """The connect token the socket opened with has expired: finish, then close."""
+        if self.expired or self.dropped or self.closed:
+            return
+        self.expired = True
+        log.info("a WebSocket's connect token expired: finishing its contexts, then closing")
+        for ctx in list(self._contexts.values()):
+            self._end_for_client(ctx, ErrorCode.TOKEN_EXPIRED, _EXPIRED)
+        if not self._contexts:
+            self._put_text(self.proto.warning_message(ErrorCode.TOKEN_EXPIRED, _EXPIRED))
+        self._maybe_finish_close()
+
+    def _end_for_client(self, ctx: LiveContext, code: ErrorCode, message: str) -> None:
+        """End an open context as if its client had sent ``context.end``, saying why."""
+        if ctx.gone or not self.proto.end_context(ctx.context_id):
+            return
+        self._put_text(self.proto.warning_message(code, message, ctx.context_id), ctx)
+        self._end(ctx)
 
     # -- teardown -----------------------------------------------------------
 
@@ -580,6 +738,12 @@ class SpeechSession:
     @property
     def has_live_contexts(self) -> bool:
         return bool(self._contexts)
+
+
+_EXPIRED = (
+    "the connect token this socket opened with has expired: what was sent is spoken,"
+    " then the socket closes (4001); open a new socket with a fresh token"
+)
 
 
 def _format_fields(settings: ContextSettings) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator
 
 from models.base import SynthParams
+from voiceserver.clients import ClientId
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
 from voiceserver.engine.words import TimedWord, TimedWords
 from voiceserver.metrics import RequestTracker
@@ -48,6 +49,7 @@ class Utterance:
         *,
         word_timestamps: bool = False,
         first_chunk_frames: int | None = None,
+        client: ClientId | None = None,
     ) -> None:
         """``split``: ``auto`` (clause/sentence segmentation), ``sentence`` (only
         sentence ends) or ``none`` (everything waits for flush/end). ``endpoint``
@@ -56,8 +58,9 @@ class Utterance:
         the engine's lead; otherwise (files) it runs ahead as fast as the device
         allows. ``word_timestamps``: collect word timing (``take_words``) when the
         model can align it; ``first_chunk_frames``: the first vocoder chunk's size
-        (``EngineClient.open``). Raises Overloaded when the engine cannot take it
-        now, ModelInputError for a bad ``first_chunk_frames``."""
+        (``EngineClient.open``); ``client``: whose share of the engine it counts
+        against. Raises Overloaded when the engine cannot take it now (OverShare when
+        the client holds its share), ModelInputError for a bad ``first_chunk_frames``."""
         self.rt = rt
         self.chars = 0
         self.samples = 0
@@ -84,6 +87,7 @@ class Utterance:
             lead,
             word_timestamps=word_timestamps,
             first_chunk_frames=first_chunk_frames,
+            client=client,
         )
         self.tracker = tracker or rt.metrics.track(endpoint)
 

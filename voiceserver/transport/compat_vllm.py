@@ -36,6 +36,13 @@ queue count toward ``Limits.outbox_max_bytes``, every send must complete within
 ``Limits.slow_reader_timeout_s``, and either failing frees the sentence in flight and
 closes 1008 (aborting the connection when even that cannot be sent). On shutdown the
 utterance in progress may finish until the deadline; then it gets an ``error`` and 1012.
+
+Per-client limits hold here as on the native socket: every message spends from the
+client's rate budget (past it: an ``error`` starting ``rate_limited``, and a second's
+worth of refusals closes 1008), each sentence's engine context counts against the
+client's share, and a socket opened with a connect token speaks what it was sent when
+the token expires, then closes (4001). Refusals are logged at most a few times in ten
+seconds, however many arrive.
 """
 
 from __future__ import annotations
@@ -67,7 +74,9 @@ from protocol.compat_vllm import (
 )
 from protocol.errors import CloseCode, ProtocolError
 from protocol.validation import check_text
+from voiceserver.clients import ClientId
 from voiceserver.engine.client import Overloaded
+from voiceserver.logs import Throttled
 from voiceserver.media import load_named_media
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
@@ -83,9 +92,10 @@ from voiceserver.transport.compat_audio import (
     binary_frames,
 )
 from voiceserver.transport.compat_settings import CompatSettings, ConfigError, settings_from_config
-from voiceserver.transport.ws import WebSocketPeer, refuse_full
+from voiceserver.transport.ws import WebSocketPeer, admit_client, refuse_full
 
 log = logging.getLogger(__name__)
+refusals = Throttled(log)
 
 ENDPOINT = "ws_compat"
 CONFIG_TIMEOUT_S = 10.0
@@ -126,7 +136,9 @@ def _message_type(raw: str) -> object:
         return None
 
 
-def open_sentence(rt: Runtime, settings: CompatSettings) -> Utterance:
+def open_sentence(
+    rt: Runtime, settings: CompatSettings, client: ClientId | None = None
+) -> Utterance:
     """Open the engine context that speaks one sentence (raises Overloaded). vllm-omni's
     ``initial_codec_chunk_frames`` is the first vocoder chunk's size (0: the server's
     default; past the engine's largest chunk it is that chunk)."""
@@ -141,15 +153,28 @@ def open_sentence(rt: Runtime, settings: CompatSettings) -> Utterance:
         live=True,
         word_timestamps=settings.audio.word_chunks,
         first_chunk_frames=first,
+        client=client,
     )
 
 
 class CompatSession:
     """One connection: the receive loop (state, splitting) and the worker that speaks."""
 
-    def __init__(self, rt: Runtime, ws: WebSocket) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        ws: WebSocket,
+        client: ClientId | None = None,
+        expires_at: float | None = None,
+    ) -> None:
         self.rt = rt
         self.ws = ws
+        self.client = client
+        self.expires_at = expires_at
+        """When the connect token the socket opened with expires (unix seconds)."""
+        self.expired = False
+        self._refused_at = 0.0
+        self._refused = 0
         self._peer = WebSocketPeer(ws)
         self.settings: CompatSettings | None = None
         self._segmenter: TextSegmenter | None = None
@@ -210,6 +235,10 @@ class CompatSession:
     async def run(self) -> None:
         self._worker = worker = asyncio.create_task(self._work())
         self.rt.lifecycle.register(self)
+        expiry = None
+        if self.expires_at is not None:
+            wait = max(0.0, self.expires_at - time.time())
+            expiry = asyncio.get_running_loop().call_later(wait, self._token_expired)
         try:
             while True:
                 timeout = (
@@ -224,7 +253,7 @@ class CompatSession:
                     continue
                 if message["type"] == "websocket.disconnect":
                     return
-                if self._closing:
+                if self._closing or not self._within_budget(message):
                     continue
                 if message.get("text") is not None:
                     await self._on_text(message["text"])
@@ -235,12 +264,54 @@ class CompatSession:
         finally:
             # A closed socket ends everything at once: the sentence in flight is
             # cancelled (its Utterance frees the engine slot) and the queue dropped.
+            if expiry is not None:
+                expiry.cancel()
             self.rt.lifecycle.unregister(self)
             worker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await worker
 
     # -- receive side ------------------------------------------------------
+
+    def _within_budget(self, message: dict[str, Any]) -> bool:
+        """Spend one message from the client's budget; refuse the message past it."""
+        if self.client is None or self.rt.rates.spend(self.client):
+            return True
+        now, limit = time.monotonic(), self.rt.server.limits.max_messages_per_s
+        if now - self._refused_at >= 1.0:
+            self._refused_at, self._refused = now, 0
+        self._refused += 1
+        self.rt.metrics.error(ENDPOINT, "rate_limited")
+        if self._refused > limit:
+            self._drop(
+                CloseCode.POLICY_VIOLATION,
+                f"rate_limited: over {limit:g} messages a second past this client's budget",
+            )
+            return False
+        kind = _message_type(message["text"]) if message.get("text") is not None else None
+        what = kind if kind in _CLIENT_TYPES else "message"
+        self._reject(
+            f"rate_limited: {what} refused: this client may send {limit:g} messages a second"
+            f" (bursts of {self.rt.server.limits.messages_burst}); slow down, or the socket"
+            " is closed",
+            str(what),
+        )
+        return False
+
+    def _token_expired(self) -> None:
+        """The connect token expired: speak what was sent, then close (4001)."""
+        if self.expired or self.dropped or self._closing:
+            return
+        self.expired = True
+        if self._utterance_open:
+            self._input_done()
+        message = (
+            "token_expired: the connect token this socket opened with has expired; what"
+            " was sent is spoken, then the socket closes; reconnect with a fresh token"
+        )
+        self._closing = True
+        self._put(encode_vllm_server(VllmError(message=message)))
+        self._put(_Close(int(CloseCode.UNAUTHORIZED), "connect token expired"))
 
     def _on_timeout(self) -> None:
         if self._pending or self._closing:
@@ -359,7 +430,9 @@ class CompatSession:
         ``what`` (the refused message's type) and ``field`` go into the server log with
         the reason, so an operator sees why a client got nothing."""
         fatal = self.settings is None
-        log.warning(
+        refusals.log(
+            logging.WARNING,
+            what,
             "vllm-compatible socket: refused %s%s%s: %s",
             what,
             f" (field {field})" if field else "",
@@ -463,7 +536,7 @@ class CompatSession:
         failure: UtteranceError | None = None
         try:
             # The utterance's own tracker counts this sentence in the metrics, once.
-            async with open_sentence(self.rt, job.settings) as utterance:
+            async with open_sentence(self.rt, job.settings, self.client) as utterance:
                 utterance.append(job.text)
                 utterance.end()
                 async for chunk in utterance.events():
@@ -483,8 +556,8 @@ class CompatSession:
         except UtteranceError as exc:
             failure = exc
         except Overloaded as exc:
-            self.rt.metrics.error(ENDPOINT, "overloaded")
-            failure = UtteranceError("overloaded", str(exc))
+            self.rt.metrics.error(ENDPOINT, str(exc.code))
+            failure = UtteranceError(str(exc.code), str(exc))
         finally:
             output.close()  # frees the encoder of a sentence that did not finish
         await send_start()
@@ -528,7 +601,11 @@ def _collect_words(utterance: Utterance, timings: WordTimings) -> None:
 
 async def vllm_speech_stream(ws: WebSocket) -> None:
     rt: Runtime = ws.app.state.runtime
-    if not await admit_websocket(ws, rt.server.api_keys):
+    admission = await admit_websocket(ws, rt.server.api_keys)
+    if admission is None:
+        return
+    client = await admit_client(ws, rt, ENDPOINT)
+    if client is None:
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
     if rt.engine.full:
@@ -536,7 +613,7 @@ async def vllm_speech_stream(ws: WebSocket) -> None:
         return
     rt.session_opened(ENDPOINT)
     try:
-        await CompatSession(rt, ws).run()
+        await CompatSession(rt, ws, client, admission.expires_at).run()
     except (WebSocketDisconnect, OSError):
         pass
     except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 
@@ -14,10 +15,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import Limits, SessionSettings
 from protocol.session import ServerSession
+from voiceserver.clients import ClientId, client_of
 from voiceserver.runtime import Runtime
 from voiceserver.session.peer import PeerGone
 from voiceserver.session.speech import SpeechSession
-from voiceserver.transport.auth import admit_websocket, chosen_subprotocol
+from voiceserver.transport.auth import admit_websocket, chosen_subprotocol, deny_websocket
 from voiceserver.transport.connection import abort_connection
 
 log = logging.getLogger(__name__)
@@ -79,9 +81,33 @@ class WebSocketPeer:
         abort_connection(self.ws.scope)
 
 
+async def admit_client(ws: WebSocket, rt: Runtime, endpoint: str) -> ClientId | None:
+    """Who opens this socket, or None when its client is over its message budget
+    (refused before the upgrade: HTTP 429 ``rate_limited`` with Retry-After)."""
+    client = client_of(ws, rt.server.api_keys, ws.app.state.token_signer, websocket=True)
+    if rt.rates.spend(client):
+        return client
+    rt.metrics.error(endpoint, str(ErrorCode.RATE_LIMITED))
+    wait = max(1, math.ceil(rt.rates.retry_after_s(client)))
+    await deny_websocket(
+        ws,
+        429,
+        int(CloseCode.POLICY_VIOLATION),
+        str(ErrorCode.RATE_LIMITED),
+        f"rate_limited: this client sent more than its {rt.server.limits.max_messages_per_s:g}"
+        f" messages a second; retry in {wait} s",
+        {"retry-after": str(wait)},
+    )
+    return None
+
+
 async def speech_websocket(ws: WebSocket) -> None:
     rt: Runtime = ws.app.state.runtime
-    if not await admit_websocket(ws, rt.server.api_keys):
+    admission = await admit_websocket(ws, rt.server.api_keys)
+    if admission is None:
+        return
+    client = await admit_client(ws, rt, "ws")
+    if client is None:
         return
     try:
         defaults = session_defaults(ws, rt)
@@ -96,14 +122,14 @@ async def speech_websocket(ws: WebSocket) -> None:
     if rt.engine.full:
         await refuse_full(ws, rt, "ws")
         return
-    session = SpeechSession(rt, proto, WebSocketPeer(ws))
+    session = SpeechSession(rt, proto, WebSocketPeer(ws), client, admission.expires_at)
     rt.session_opened("ws")
     rt.lifecycle.register(session)
     writer = idle = None
     try:
         await ws.send_text(proto.created_message(uuid.uuid4().hex))
         writer = session.start_writer()
-        idle = asyncio.create_task(_idle_watch(session))
+        idle = asyncio.create_task(_watch(session))
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
@@ -142,13 +168,19 @@ IDLE_POLL_MIN_S = 0.05
 """The idle check never runs more often than this, however short the timeout."""
 
 
-async def _idle_watch(session: SpeechSession) -> None:
-    """Close a session that has sent nothing and has no open context for too long."""
-    while True:
-        timeout = session.proto.settings.idle_timeout_s or session.proto.limits.idle_timeout_s
-        await asyncio.sleep(max(IDLE_POLL_MIN_S, min(1.0, timeout / 4)))
-        if session.has_live_contexts:
-            session.last_activity = time.monotonic()
-        elif time.monotonic() - session.last_activity > timeout:
-            session.drop_client(CloseCode.IDLE_TIMEOUT, ErrorCode.IDLE_TIMEOUT, "idle timeout")
-            return
+async def _watch(session: SpeechSession) -> None:
+    """The session's clocks: its connect token's expiry, and its idle checks."""
+    expiry = None
+    if session.expires_at is not None:
+        wait = max(0.0, session.expires_at - time.time())
+        expiry = asyncio.get_running_loop().call_later(wait, session.token_expired)
+    limits = session.rt.server.limits
+    try:
+        while not (session.dropped or session.closed):
+            timeout = session.proto.settings.idle_timeout_s or session.proto.limits.idle_timeout_s
+            shortest = min(timeout, limits.context_idle_timeout_s)
+            await asyncio.sleep(max(IDLE_POLL_MIN_S, min(1.0, shortest / 4)))
+            session.check_idle(time.monotonic())
+    finally:
+        if expiry is not None:
+            expiry.cancel()
