@@ -87,6 +87,14 @@ class Client:
                 ):
                     return msg
 
+    async def until_any(self, kinds: tuple[str, ...], timeout: float = 60) -> dict[str, Any]:
+        """The next message of any of ``kinds``."""
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = await self.next_message(timeout)
+                if msg["type"] in kinds:
+                    return msg
+
     async def drain(self, seconds: float) -> None:
         """Keep receiving for ``seconds`` (to catch anything that should not come)."""
         try:

@@ -95,8 +95,9 @@ class EngineClient:
         share = max(1, int(max_client_share * slots + 1e-9))
         self.held = ClientCounts(share)
         """Active contexts (slots used or promised) of each client, against its share."""
-        self.parked = ClientCounts(share)
-        """Parked contexts (prepared, waiting for text) of each client."""
+        self.parked = ClientCounts(slots)
+        """Parked contexts (prepared, waiting for text) of each client: no more than the
+        engine has slots, so that what waits to be prepared stays bounded."""
         self._handles: dict[int, ContextHandle] = {}
         self._inbound: deque[EngineBatch] = deque()
         self._wakeup_pending = False
