@@ -24,7 +24,14 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 def serve(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="voiceserver serve", description="Run the voice server.")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s). Requests must name this server in"
+        " their Host header: localhost, *.localhost, an IP address, this --host if it is a"
+        " name, or an --allowed-host; with 0.0.0.0 behind a proxy that keeps the Host"
+        " header, add the public name with --allowed-host",
+    )
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
         "--config",
@@ -86,6 +93,16 @@ def serve(argv: list[str]) -> None:
         "with CORS headers on HTTP; repeatable; '*' allows any (default: none)",
     )
     parser.add_argument(
+        "--allowed-host",
+        dest="allowed_host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="a Host name this server answers to besides localhost, *.localhost and IP"
+        " addresses (a guard against DNS rebinding: other names get 421); repeatable;"
+        " .example.com allows a domain and its subdomains, '*' any name (default: none)",
+    )
+    parser.add_argument(
         "--served-model-name",
         action="append",
         default=[],
@@ -127,6 +144,7 @@ def serve(argv: list[str]) -> None:
     )
     from voiceserver.engine.core import EngineConfig
     from voiceserver.server import build_server
+    from voiceserver.transport.hosts import check_allowed_host
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -160,6 +178,10 @@ def serve(argv: list[str]) -> None:
             f"--allowed-local-media-path: {media.allowed_local_media_path} is not a folder"
         )
     try:
+        allowed_hosts = tuple(check_allowed_host(h) for h in args.allowed_host)
+    except ValueError as exc:
+        raise SystemExit(f"--allowed-host: {exc}") from None
+    try:
         limits = parse_options(Limits, _overrides(args.limit), "limit")
     except ValueError as exc:
         raise SystemExit(f"--limit: {exc}") from None
@@ -171,6 +193,7 @@ def serve(argv: list[str]) -> None:
         voices_dir=args.voices_dir,
         shutdown_timeout_s=args.shutdown_timeout,
         allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=allowed_hosts,
         demo_page=not args.no_demo,
         media=media,
     )

@@ -69,6 +69,12 @@ class Limits:
     """An HTTP request's headers must arrive within this long (else 408, closed)."""
     http_body_timeout_s: float = 60.0
     """An HTTP request's body must arrive within this long (else 408 ``request_timeout``)."""
+    max_header_bytes: int = 64 << 10
+    """Largest request line plus headers of one HTTP request or WebSocket handshake
+    (names, values and their separators); more gets HTTP 431 ``headers_too_large``
+    and the connection is closed. Above nginx's (4 x 8 KiB) and Node's (16 KiB)
+    defaults, for the cookies browsers collect on ``localhost`` (shared by every
+    port)."""
     stream_ahead_s: float = 20.0
     """Audio an HTTP response (or a compatibility-socket sentence) may hold decoded
     beyond what its client has taken; the engine pauses that request above it."""
@@ -117,6 +123,12 @@ class ServerConfig:
     its own origin; ``*`` allows any. Requests without an Origin header (non-browser
     clients) are always allowed. HTTP answers these origins with CORS headers
     (``--cors-origin``, alias ``--allow-origin``)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names the server answers to besides ``localhost``, ``*.localhost``, IP
+    addresses and its own ``host`` (``--allowed-host``): ``tts.example.com``,
+    ``.example.com`` (the domain and its subdomains), ``*.example.com`` (subdomains),
+    ``*`` (any). Others get HTTP 421 ``host_not_allowed``: a guard against DNS
+    rebinding (``voiceserver.transport.hosts``)."""
     media: MediaConfig = field(default_factory=MediaConfig)
     """Local files and URLs as ``ref_audio``."""
     demo_page: bool = True

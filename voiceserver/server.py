@@ -17,6 +17,9 @@ from voiceserver.runtime import Runtime
 from voiceserver.transport.protocols import GuardedWebSocketProtocol, http_protocol
 
 PING_INTERVAL_S = 20.0
+WRITE_STALL_FACTOR = 2
+"""An HTTP connection whose answers stay stuck this many times
+``slow_reader_timeout_s`` (its client reads nothing) is reset."""
 LEFTOVER_TIMEOUT_S = 2
 """After the drain, how long uvicorn waits for leftover connections before cancelling."""
 
@@ -46,7 +49,12 @@ def build_server(app: Starlette, server: ServerConfig, log_level: str = "info") 
         host=server.host,
         port=server.port,
         log_level=log_level,
-        http=http_protocol(server.limits.http_header_timeout_s),
+        http=http_protocol(
+            server.limits.http_header_timeout_s,
+            server.limits.max_header_bytes,
+            # The endpoints' own send deadline (which reports slow_reader) acts first.
+            write_stall_s=WRITE_STALL_FACTOR * server.limits.slow_reader_timeout_s,
+        ),
         ws=GuardedWebSocketProtocol,
         ws_max_size=server.limits.transport_max_bytes,
         ws_ping_interval=PING_INTERVAL_S,

@@ -19,6 +19,8 @@ from bench.fuzzing.compat_conn import CompatConn
 from bench.fuzzing.config import FuzzConfig
 from bench.fuzzing.conn import Conn
 from bench.fuzzing.facts import ServerFacts
+from bench.fuzzing.http_front import FrontProbe, front_scripts
+from bench.fuzzing.http_wire import play_front
 from bench.fuzzing.liveness import fresh_compat, fresh_native, health
 from bench.fuzzing.messages import ProbeSpec, Step
 from bench.fuzzing.native_conn import NativeConn
@@ -112,7 +114,14 @@ class Run:
             if conn is not None:
                 await conn.close()
 
-    async def barrage(self, plan: Plan, example: int) -> None:
+    async def _front_door(self, probes: tuple[FrontProbe, ...]) -> None:
+        try:
+            self.record(await play_front(self, probes))
+        except SESSION_ERRORS as exc:
+            detail = f"could not connect: {exc!r}"
+            self.record([Finding("http", "connect_failed", "front", detail, "connect")])
+
+    async def barrage(self, plan: Plan, example: int, front: tuple[FrontProbe, ...] = ()) -> None:
         if self.stop_after is not None and self.report.messages >= self.stop_after:
             return
         stop = asyncio.Event()
@@ -121,6 +130,7 @@ class Run:
         sessions += [
             self._session("stream", f"v{example}x{i}", s) for i, s in enumerate(plan.compat)
         ]
+        sessions.append(self._front_door(front))
         started = time.monotonic()
         try:
             await asyncio.gather(*sessions)
@@ -221,9 +231,9 @@ def _example_runner(
         report_multiple_bugs=False,
         print_blob=False,
     )
-    @given(plan=plans(facts, config))
-    def one_barrage(plan: Plan) -> None:
-        asyncio.run(run.barrage(plan, next(counter)))
+    @given(plan=plans(facts, config), front=front_scripts(facts))
+    def one_barrage(plan: Plan, front: tuple[FrontProbe, ...]) -> None:
+        asyncio.run(run.barrage(plan, next(counter), front))
 
     return hypothesis_seed(seed)(one_barrage) if seed is not None else one_barrage
 

@@ -140,10 +140,10 @@ async def test_ordinary_departures_log_no_tracebacks(server: RunningServer, logs
     ws.transport.abort()  # type: ignore[attr-defined]
     # An HTTP client that leaves halfway through its body, and one that leaves mid-answer.
     for request in (
-        b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\nauthorization: Bearer "
+        b"POST /v1/audio/speech HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer "
         + KEY.encode()
         + b'\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"input": ',
-        b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\nauthorization: Bearer "
+        b"POST /v1/audio/speech HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer "
         + KEY.encode()
         + b'\r\ncontent-type: application/json\r\ncontent-length: 33\r\n\r\n{"input": "'
         + b"word " * 4

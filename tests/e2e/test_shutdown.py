@@ -49,7 +49,7 @@ async def test_sigterm_finishes_what_it_can_cuts_the_rest_and_exits() -> None:
         lazy = socket.create_connection((host, int(port)))
         lazy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         lazy.sendall(
-            b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"POST /v1/audio/speech HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
@@ -121,7 +121,7 @@ async def test_half_sent_requests_are_closed_after_the_header_deadline() -> None
         for i in range(20):
             sock = socket.create_connection((server.host, server.port))
             if i % 2:  # half send part of a request, half send nothing at all
-                sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-le")
+                sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-le")
             sock.settimeout(10)
             sockets.append(sock)
         loop = asyncio.get_running_loop()
@@ -132,7 +132,7 @@ async def test_half_sent_requests_are_closed_after_the_header_deadline() -> None
             assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
         # A complete request on a fresh connection is served as usual.
         with socket.create_connection((server.host, server.port)) as sock:
-            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
             sock.settimeout(10)
             assert _read_all(sock).startswith(b"HTTP/1.1 200")
 

@@ -1,11 +1,20 @@
-"""GET /health and GET /v1/models."""
+"""GET /health and GET /v1/models.
+
+With API keys configured, ``/v1/models`` (which names the checkpoint) needs a key,
+and ``/health`` tells a caller without one only that the server is up
+(``{"status": "ok"}``, for load balancers and probes); the model, open sessions and
+engine counters go to callers with a key, or to everyone on a server without keys.
+"""
 
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
+from voiceserver.http.errors import ApiError, check_auth, error_response
+from voiceserver.http.speech import request_id_of
 from voiceserver.runtime import Runtime
+from voiceserver.transport.auth import key_ok, offered_key
 
 
 def _runtime(request: Request) -> Runtime:
@@ -14,6 +23,8 @@ def _runtime(request: Request) -> Runtime:
 
 async def health(request: Request) -> JSONResponse:
     rt = _runtime(request)
+    if not key_ok(rt.server.api_keys, offered_key(request.headers)):
+        return JSONResponse({"status": "ok"})
     stats = rt.engine.stats
     return JSONResponse(
         {
@@ -30,10 +41,14 @@ async def health(request: Request) -> JSONResponse:
     )
 
 
-async def list_models(request: Request) -> JSONResponse:
+async def list_models(request: Request) -> Response:
     """Every name the model answers to, one entry each (as vLLM lists its served
     names), the first being the primary one; ``root`` is the config name."""
     rt = _runtime(request)
+    try:
+        check_auth(request, rt.server.api_keys)
+    except ApiError as err:
+        return error_response(err, request_id_of(request), rt.metrics, "http")
     caps = rt.model.capabilities
     details = {
         "family": caps.family,

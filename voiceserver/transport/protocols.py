@@ -4,59 +4,321 @@
   ``header_timeout_s`` of opening (or of the request's first byte on a kept-alive
   connection), else it gets 408 and is closed. uvicorn itself waits forever, so
   twenty half-sent requests (slowloris) would hold twenty connections for good.
+- A header size limit: a request line plus headers over ``max_header_bytes``
+  gets 431 and the connection is closed (uvicorn reads headers of any size: a
+  45 MiB one was answered). WebSocket handshakes also get 431 for what the
+  WebSocket library would refuse without an answer (a line over its 8 KiB,
+  more than its 128 headers).
+- Pipelining within bounds: uvicorn parses every request of each read (~7,000
+  ``GET``s in 256 KiB), queues them all, and reads again after every answer, so a
+  client that sends requests without reading the answers grows the server
+  without end (six such clients: +3.6 GB in 38 s). Here bytes are parsed in
+  small slices and no further than one request beyond the one being answered;
+  the rest of a read waits, and the socket is not read, until the answers are
+  taken. A connection holds at most one read of bytes and a slice of requests.
+- A write deadline: a connection whose answers stay stuck behind a client that
+  reads nothing for ``write_stall_s`` is reset.
 - An ``abort`` hook in every request's and WebSocket's scope
   (:mod:`voiceserver.transport.connection`), so the application can drop a
   client that stopped reading instead of waiting behind its unsent bytes.
 
 These subclass uvicorn's httptools and websockets-sansio protocols (the ones
 uvicorn[standard] picks); pyproject pins uvicorn's minor version because they
-rely on its hooks (``on_message_begin``, ``on_headers_complete``,
-``handle_connect``). The tests exercise both guards over real sockets.
+rely on its internals (``on_message_begin``, ``on_headers_complete``,
+``on_response_complete``, ``pipeline``, ``flow``, ``handle_connect``). The tests
+exercise every guard over real sockets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
+import httptools
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
 
 from voiceserver.transport.connection import set_abort
+
+log = logging.getLogger(__name__)
 
 _TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 43\r\nconnection: close\r\n\r\n"
     b"request headers did not arrive in time\r\n\r\n\r\n"
 )
+PARSE_SLICE = 1024
+"""Bytes handed to the parser at a time: how far it may run past the point where
+parsing must stop (one slice holds at most ~50 of the smallest requests)."""
+LINGER_S = 1.0
+"""After a 431, how long the rest of the request is read and dropped before the
+connection closes, so the client reads the answer instead of a reset."""
+HEADERS_TOO_LARGE = "headers_too_large"
+
+
+class HeadersTooLarge(Exception):
+    """Raised inside the parser to stop it: the request's headers are over the limit."""
+
+
+class HeldFlow(FlowControl):
+    """uvicorn's read flow control, plus a hold the protocol keeps while it has
+    bytes it has not parsed yet: reading stays paused whatever uvicorn asks."""
+
+    def __init__(self, transport: asyncio.Transport, on_resume: Callable[[], None]) -> None:
+        super().__init__(transport)
+        self.wanted = True
+        """What uvicorn last asked for: False while a request waits in its pipeline
+        or a request body it has not handed to the application is over 64 KiB."""
+        self.held = False
+        self._on_resume = on_resume
+
+    def pause_reading(self) -> None:
+        self.wanted = False
+        self._apply()
+
+    def resume_reading(self) -> None:
+        self.wanted = True
+        self._apply()
+        self._on_resume()
+
+    def hold(self, held: bool) -> None:
+        self.held = held
+        self._apply()
+
+    def release(self) -> None:
+        """Read again, whatever was asked: the connection leaves HTTP."""
+        self.held, self.wanted = False, True
+        FlowControl.resume_reading(self)
+
+    def _apply(self) -> None:
+        if self.wanted and not self.held:
+            FlowControl.resume_reading(self)
+        else:
+            FlowControl.pause_reading(self)
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
     header_timeout_s: float = 10.0
+    max_header_bytes: int = 64 << 10
+    write_stall_s: float = 20.0
     """Set per server by :func:`http_protocol`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._unparsed = b""
+        self._offset = 0
+        self._feeding = False
+        self._in_head = False
+        self._head_bytes = 0
+        """The request's target, header names and values with their separators."""
+        self._head_fed = 0
+        """Bytes parsed while in the request's head: at most one slice more than it."""
+        self._too_large: bytes | None = None
+        """A 431 waiting for the answer before it to finish."""
+        self._closing = False
+        self._upgrade_waiting = False
+        self._upgraded = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = HeldFlow(transport, self._feed)
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        self._disarm_stall_timer()
+        self._unparsed, self._offset = b"", 0
         super().connection_lost(exc)
+
+    # -- reading: a slice at a time, never far past the request being answered --
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return  # the rest of a refused request: read and dropped
+        self._unparsed = self._unparsed[self._offset :] + data if self._unparsed else data
+        self._offset = 0
+        self._feed()
+
+    def _feed(self) -> None:
+        if self._feeding or self.parser is None or self._done_with_http():
+            return
+        self._feeding = True
+        try:
+            while self._has_unparsed() and not self.pipeline and self.flow.wanted:
+                if self.transport.is_closing():
+                    break
+                end = min(self._offset + PARSE_SLICE, len(self._unparsed))
+                piece = memoryview(self._unparsed)[self._offset : end]
+                self._offset = end
+                self._unset_keepalive_if_required()
+                if not self._parse(piece):
+                    return
+                if self._in_head:
+                    self._head_fed += len(piece)
+                    if self._head_fed > self.max_header_bytes + PARSE_SLICE:
+                        self._refuse_headers(f"more than {self._head_fed} bytes")
+                        return
+        finally:
+            self._feeding = False
+        if not self._has_unparsed():
+            self._unparsed, self._offset = b"", 0
+        if not self._done_with_http():
+            self.flow.hold(self._has_unparsed())
+
+    def _done_with_http(self) -> bool:
+        """Refused, upgraded, or about to upgrade: parse nothing more."""
+        return self._closing or self._upgrade_waiting or self._upgraded
+
+    def _has_unparsed(self) -> bool:
+        return self._offset < len(self._unparsed)
+
+    def _parse(self, piece: memoryview) -> bool:
+        """Feed one slice; False when the connection is done with HTTP (an upgrade,
+        a refusal or a malformed request)."""
+        try:
+            self.parser.feed_data(piece)
+        except httptools.HttpParserUpgrade:
+            self._drop_unparsed()  # as uvicorn: what follows the handshake is not read
+            if not self._should_upgrade():
+                self._unsupported_upgrade_warning()
+            elif self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+                # Pipelined behind answers still going out: upgrade once they are out,
+                # or the 101 could overtake them.
+                self._upgrade_waiting = True
+                self.flow.hold(True)
+            else:
+                self._upgrade()
+            return False
+        except httptools.HttpParserError as exc:
+            self._drop_unparsed()
+            if isinstance(exc.__context__, HeadersTooLarge):
+                self._refuse_headers(str(exc.__context__))
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return False
+        return True
+
+    def _upgrade(self) -> None:
+        self._upgrade_waiting = False
+        self._upgraded = True
+        self._disarm_stall_timer()
+        self.flow.release()  # the WebSocket protocol reads from here on
+        self.handle_websocket_upgrade()
+
+    def _drop_unparsed(self) -> None:
+        self._unparsed, self._offset = b"", 0
+
+    # -- parser callbacks: count the head --
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = self._head_fed = 0
         self._arm_header_timer()
         set_abort(self.scope, self._abort)  # type: ignore[arg-type]
 
+    def on_url(self, url: bytes) -> None:
+        self._head_bytes += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
         self._disarm_header_timer()
+        if self._head_bytes > self.max_header_bytes:
+            raise HeadersTooLarge(f"{self._head_bytes} bytes")
+        if self.parser.should_upgrade() and self._should_upgrade():
+            self._check_handshake_lines()
         super().on_headers_complete()
+
+    def _check_handshake_lines(self) -> None:
+        """What the WebSocket library would refuse without answering: it reads
+        the handshake again, a line of at most MAX_LINE_LENGTH bytes at a time."""
+        if len(self.headers) > MAX_NUM_HEADERS:
+            raise HeadersTooLarge(
+                f"{len(self.headers)} headers in a WebSocket handshake, more than the"
+                f" {MAX_NUM_HEADERS} allowed"
+            )
+        longest = max((len(n) + len(v) + 4 for n, v in self.headers), default=0)
+        request_line = len(self.parser.get_method()) + len(self.url) + 12  # "M <url> HTTP/1.1"
+        longest = max(longest, request_line)
+        if longest > MAX_LINE_LENGTH:
+            raise HeadersTooLarge(
+                f"a WebSocket handshake line of {longest} bytes, more than the"
+                f" {MAX_LINE_LENGTH} allowed (8 KiB per line)"
+            )
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # starts the next request waiting, if any
+        if self.transport.is_closing():
+            return
+        if self._too_large is None and not self._upgrade_waiting:
+            self._feed()
+        elif not self.pipeline and self.cycle.response_complete:  # every answer is out
+            self._unset_keepalive_if_required()
+            if self._too_large is not None:
+                self._send_and_linger(self._too_large)
+            else:
+                self._upgrade()
+
+    # -- refusing oversized headers --
+
+    def _refuse_headers(self, what: str) -> None:
+        self._drop_unparsed()
+        self._disarm_header_timer()
+        message = (
+            f"request headers too large: {what}; at most {self.max_header_bytes} bytes of"
+            " request target and headers are read (Limits.max_header_bytes, set with"
+            " --limit max_header_bytes=N)"
+        )
+        body = json.dumps(
+            {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": HEADERS_TOO_LARGE,
+                }
+            }
+        ).encode()
+        response = (
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n"
+            b"connection: close\r\n\r\n" + body
+        )
+        self._closing = True  # parse nothing more
+        if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            self._too_large = response  # after the answer being sent
+            self.flow.hold(True)
+        else:
+            self._send_and_linger(response)
+
+    def _send_and_linger(self, response: bytes) -> None:
+        """Answer, end our side, and drop what the client still sends for a moment."""
+        self._too_large = None
+        self._closing = True
+        self.transport.write(response)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.flow.hold(False)
+        self.transport.resume_reading()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+    # -- timers --
 
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
@@ -69,15 +331,46 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _headers_late(self) -> None:
         self._header_timer = None
+        if self._has_unparsed() or self.pipeline:
+            # The head is here, unparsed because an answer is still going out: the
+            # wait is ours, not the client's.
+            self._arm_header_timer()
+            return
         if not self.transport.is_closing():
             self.transport.write(_TIMEOUT_RESPONSE)
             self.transport.close()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall_timer is None:
+            self._stall_timer = self.loop.call_later(self.write_stall_s, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._disarm_stall_timer()
+
+    def _disarm_stall_timer(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _write_stalled(self) -> None:
+        self._stall_timer = None
+        log.info("reset an HTTP connection whose client read nothing for %g s", self.write_stall_s)
+        self._abort()
 
     def _abort(self) -> None:
         abort(self.transport)
 
 
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body"):
+            # The handshake was answered (a refusal). uvicorn leaves this unset and then
+            # logs "ASGI callable returned without completing handshake" for every one.
+            self.handshake_complete = True
+
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
         scope = getattr(self, "scope", None)
@@ -104,8 +397,16 @@ def abort(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
-def http_protocol(header_timeout_s: float) -> type[GuardedHttpProtocol]:
-    """The HTTP protocol class for a server with this header deadline."""
+def http_protocol(
+    header_timeout_s: float, max_header_bytes: int = 64 << 10, write_stall_s: float = 20.0
+) -> type[GuardedHttpProtocol]:
+    """The HTTP protocol class for a server with these limits."""
     return type(
-        "HttpProtocol", (GuardedHttpProtocol,), {"header_timeout_s": float(header_timeout_s)}
+        "HttpProtocol",
+        (GuardedHttpProtocol,),
+        {
+            "header_timeout_s": float(header_timeout_s),
+            "max_header_bytes": int(max_header_bytes),
+            "write_stall_s": float(write_stall_s),
+        },
     )
