@@ -49,6 +49,44 @@ Every undecodable input gets one error text, so that the text says nothing about
 why (above all, nothing about files a playlist names). FFmpeg's messages go to the
 debug log only; PyAV installs no FFmpeg log callback unless ``av.logging.set_level``
 is called, so FFmpeg itself writes nothing to the server's log.
+
+Channels. The result is the mean of the channels (librosa's ``to_mono``, which the
+families' references load clips with), computed here in float32 from packed float
+samples, not by FFmpeg's downmix matrix (which weights channels by their position).
+Two bugs of PyAV 18.1 (FFmpeg 8.1) crashed the whole server here, found and measured
+with the fuzzer in ``tests/models/audio_fuzz.py``:
+
+- ``AudioFrame.planes`` counts planes by walking ``extended_data`` until a NULL
+  pointer. An AVFrame keeps up to 8 (``AV_NUM_DATA_POINTERS``) plane pointers inside
+  the frame, followed by ``linesize[]``; with exactly 8 planes there is no NULL
+  slot, so PyAV reads ``linesize[0..1]`` as a ninth plane pointer (an 8-channel
+  planar frame has 9 planes by PyAV's count) and ``to_ndarray`` reads from that
+  address: SIGSEGV. Any planar frame of 8 channels did it (the previous code asked
+  for planar float), i.e. any 8-channel WAV, FLAC, Ogg Vorbis, ... of any size.
+  With more than 8 planes FFmpeg allocates ``extended_data`` on the heap and PyAV
+  reads past its end (31 planes counted for 9 and for 16 channels). Packed
+  (interleaved) samples are one plane for any channel count, and ``data[1]`` is
+  NULL, so here every frame is converted to packed ``flt`` and only that is turned
+  into an array.
+- ``AudioLayout`` wrapping a layout of *custom* order (a channel map on the heap)
+  copies the struct, map pointer included, and frees the map when it is collected;
+  the owner (codec context or frame) frees it again: a double free, SIGABRT. A MOV
+  or M4A whose ``chan`` box lists channels out of FFmpeg's order (right before
+  left; one label twice; unknown labels) gives such a layout, already at 2
+  channels; reading ``codec_context.channels`` alone armed it, as did every decoded
+  frame. Custom order comes only from the container's header here (the allowed
+  decoders set native, ambisonic or unspecified layouts of their own), so the
+  codec context's layout is replaced, before the decoder opens, by an unordered one
+  of the same channel count, while the one wrapper of the old layout is alive; that
+  wrapper then frees the old map, once. The order does not matter to a mean.
+
+Up to ``MAX_CHANNELS`` (8) channels are decoded and averaged; more are refused
+from the header (and from the first frame, for streams whose header does not
+say) before anything is decoded. The fuzzer covers 1 to 8 channels with every
+named layout, header layouts of custom order, unlabelled WAV and WAVE_FORMAT_
+EXTENSIBLE channel masks, the sample formats u8, s16, s24, s32, s64, flt and dbl
+(packed, as PCM decoders give them) and planar s16/s32/flt (FLAC, Vorbis, Opus,
+AAC, MP3 decoders) in every allowed container, and byte mutations of all of them.
 """
 
 from __future__ import annotations
@@ -70,6 +108,8 @@ CODECS = frozenset({"flac", "mp3", "mp2", "opus", "vorbis", "aac"})
 MAX_CHANNELS = 8
 MIN_RATE = 8000
 MAX_RATE = 192000
+_PACKED = "flt"
+"""The one sample format turned into arrays: packed float (see the module docstring)."""
 FORMATS_HINT = "WAV, FLAC, MP3, Ogg (Opus/Vorbis), WebM or M4A/AAC"
 
 _OPEN_OPTIONS = {
@@ -128,27 +168,59 @@ def _decode(data: bytes, max_seconds: float, param: str) -> tuple[np.ndarray, in
             raise _Undecodable(f"codec {codec} not allowed")
         # The header's word is checked before decoding anything; frames are then held
         # to the first frame's shape (HE-AAC may only reveal its true rate there).
-        _check_shape(stream.codec_context.channels, stream.codec_context.sample_rate, param)
-        rate = channels = limit = decoded = 0
-        converter: av.AudioResampler | None = None
+        channels = _unordered_channels(stream.codec_context)
+        _check_shape(channels, stream.codec_context.sample_rate, param)
+        limit = decoded = 0
+        mix: DownMix | None = None
         for frame in container.decode(stream):
-            if converter is None:
-                rate, channels = frame.sample_rate, frame.layout.nb_channels
-                _check_shape(channels, rate, param)
-                limit = int(max_seconds * rate)
-                # Planar float at the native rate and layout; channels are averaged
-                # below, as the reference does, rather than by ffmpeg's downmix matrix.
-                converter = av.AudioResampler(format="fltp", layout=frame.layout, rate=rate)
-            elif frame.sample_rate != rate or frame.layout.nb_channels != channels:
-                raise _Undecodable("rate or channel count changed mid-stream")
+            if mix is None:
+                _check_shape(frame.layout.nb_channels, frame.sample_rate, param)
+                mix = DownMix(frame.sample_rate, frame.layout.nb_channels)
+                limit = int(max_seconds * mix.rate)
             decoded += frame.samples
             if decoded > limit:
                 raise _error(
                     param, f"too long (more than {max_seconds:g} s; at most {max_seconds:g} s)"
                 )
-            chunks.extend(out.to_ndarray().mean(axis=0) for out in converter.resample(frame))
-        if converter is not None:
-            chunks.extend(out.to_ndarray().mean(axis=0) for out in converter.resample(None))
-    if not chunks:
+            chunks.extend(mix.push(frame))
+        if mix is not None:
+            chunks.extend(mix.push(None))
+    if not chunks or mix is None:
         raise _Undecodable("no samples")
-    return np.concatenate(chunks).astype(np.float32, copy=False), rate
+    return np.concatenate(chunks).astype(np.float32, copy=False), mix.rate
+
+
+def _unordered_channels(context: av.audio.codeccontext.AudioCodecContext) -> int:
+    """The header's channel count; the context's layout becomes an unordered one of
+    that count. ``header`` shares the context's channel map (if the layout has one)
+    and frees it when it goes: after the context stops pointing at it, so once."""
+    header = context.layout
+    count = header.nb_channels
+    if count > 0:
+        context.layout = f"{count} channels"
+    return count
+
+
+class DownMix:
+    """Decoded frames of one rate and channel count -> mono float32 chunks, the mean
+    of the channels. Frames go through FFmpeg's converter to packed float at their
+    own rate and layout (no mixing there: the layout in is the layout out); only
+    packed frames become arrays (see the module docstring)."""
+
+    def __init__(self, rate: int, channels: int) -> None:
+        self.rate = rate
+        self.channels = channels
+        self._converter = av.AudioResampler(format=_PACKED, rate=rate)
+
+    def push(self, frame: av.AudioFrame | None) -> list[np.ndarray]:
+        """Chunks for ``frame`` (None: the converter's last samples)."""
+        if frame is not None and (
+            frame.sample_rate != self.rate or frame.layout.nb_channels != self.channels
+        ):
+            raise _Undecodable("rate or channel count changed mid-stream")
+        return [self._mean(out) for out in self._converter.resample(frame)]
+
+    def _mean(self, frame: av.AudioFrame) -> np.ndarray:
+        if frame.format.name != _PACKED or frame.layout.nb_channels != self.channels:
+            raise _Undecodable(f"converter gave {frame.format.name}, {frame.layout.name}")
+        return frame.to_ndarray().reshape(-1, self.channels).mean(axis=1)

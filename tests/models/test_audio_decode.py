@@ -25,6 +25,8 @@ import pytest
 
 from models.audio_decode import MAX_CHANNELS, decode_audio
 from models.base import ModelInputError
+from tests.models import audio_fuzz
+from tests.models.audio_fuzz import Case, channel_mean, channel_signals, mov_with_chan, pyav_file
 
 RATE = 48000
 GENERIC = "ref_audio: not decodable audio; send WAV, FLAC, MP3, Ogg (Opus/Vorbis), WebM or M4A/AAC"
@@ -431,3 +433,123 @@ def test_ffmpeg_writes_nothing_to_the_log(secrets: dict[str, Path]) -> None:
         check=True,
     )
     assert result.stdout == result.stderr == ""
+
+
+# -- channels: the mean, for any count, layout and sample format ------------------------
+# Decodes that crashed the process run in child processes (tests/models/audio_fuzz.py):
+# a crash fails the test naming its case instead of killing pytest.
+
+
+def planar_mean_reference(data: bytes) -> np.ndarray:
+    """What decode_audio gave before the channel fix: PyAV planar float, averaged
+    across planes (sound below 8 channels of native order, which is all it is used on)."""
+    chunks = []
+    with av.open(io.BytesIO(data)) as container:
+        converter = None
+        for frame in container.decode(audio=0):
+            if converter is None:
+                converter = av.AudioResampler(
+                    format="fltp", layout=frame.layout, rate=frame.sample_rate
+                )
+            chunks += [out.to_ndarray().mean(axis=0) for out in converter.resample(frame)]
+        assert converter is not None
+        chunks += [out.to_ndarray().mean(axis=0) for out in converter.resample(None)]
+    return np.concatenate(chunks)
+
+
+@pytest.mark.parametrize("layout", ["mono", "stereo"])
+def test_mono_and_stereo_decode_bit_for_bit_as_before(layout: str) -> None:
+    """The cloning parity tests compare against references that load clips with
+    librosa's mean of channels: the result for one and two channels must not move."""
+    n = 1 if layout == "mono" else 2
+    rng = np.random.default_rng(n)
+    signals = np.clip(
+        np.stack([source(0.5, 44100) * (1 - 0.3 * k) for k in range(n)])
+        + 0.01 * rng.standard_normal((n, 22050)),
+        -1,
+        1,
+    ).astype(np.float32)
+    files = {
+        f"wav-{codec}": pyav_file(signals, 44100, "wav", codec, layout)
+        for codec in ("pcm_u8", "pcm_s16le", "pcm_s24le", "pcm_s32le", "pcm_f32le", "pcm_f64le")
+    }
+    files["flac"] = pyav_file(signals, 44100, "flac", "flac", layout)
+    files["mp3"] = pyav_file(signals, 44100, "mp3", "libmp3lame", layout)
+    files["m4a-aac"] = pyav_file(signals, 44100, "ipod", "aac", layout)
+    opus = np.stack([source(0.5, RATE)] * n)
+    files["ogg-opus"] = pyav_file(opus, RATE, "ogg", "libopus", layout)
+    files["ogg-vorbis"] = audio_fuzz.sndfile(signals, 44100, "OGG", "VORBIS")
+    for name, data in files.items():
+        got, _ = decode_audio(data, **LIMITS)
+        want = planar_mean_reference(data)
+        assert got.dtype == want.dtype == np.float32, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def decoded_in_children(cases: list[Case]) -> dict[str, audio_fuzz.Outcome]:
+    report = audio_fuzz.run(cases)
+    assert report.unbuildable == []
+    assert report.crashes() == []
+    return {outcome.case.name: outcome for outcome in report.outcomes}
+
+
+@pytest.mark.parametrize("channels", range(1, MAX_CHANNELS + 1))
+def test_the_down_mix_of_n_channels_is_their_mean(channels: int) -> None:
+    """Files built from known, distinct per-channel signals decode to the float32
+    mean of those signals, bit for bit (every integer format holds them exactly).
+    Before the fix an 8-channel file of any format killed the process (SIGSEGV)."""
+    signals = channel_signals(channels)
+    layout = f"{channels} channels"
+    builds = {
+        "wav-s16": lambda: audio_fuzz.wav_s16(signals),
+        "wav-flt": lambda: pyav_file(signals, audio_fuzz.RATE, "wav", "pcm_f32le", layout),
+        "flac": lambda: audio_fuzz.sndfile(signals, audio_fuzz.RATE, "FLAC", "PCM_16"),
+        "mkv-pcm": lambda: pyav_file(signals, audio_fuzz.RATE, "matroska", "pcm_s24be", layout),
+    }
+    cases = [Case(name, build, "mean", channels) for name, build in builds.items()]
+    outcomes = decoded_in_children(cases)
+    want = channel_mean(signals)
+    for name, outcome in outcomes.items():
+        assert outcome.refused is None and outcome.samples is not None, (name, outcome.refused)
+        assert outcome.rate == audio_fuzz.RATE
+        np.testing.assert_array_equal(outcome.samples, want, err_msg=name)
+    if channels > 1:  # the witness: every channel counts (the mean is not one channel's)
+        assert not any(np.array_equal(want, row) for row in signals)
+
+
+def test_a_mov_that_lists_its_channels_out_of_order_decodes() -> None:
+    """Before the fix a two-channel MOV whose ``chan`` box said right-then-left (a
+    layout of custom order) killed the process with a double free (SIGABRT)."""
+    signals = channel_signals(2)
+    plain = pyav_file(signals, audio_fuzz.RATE, "mov", "pcm_s16le", "stereo")
+    cases = [
+        Case("right-left", lambda: mov_with_chan(plain, [2, 1]), "mean", 2),
+        Case("left-left", lambda: mov_with_chan(plain, [1, 1]), "mean", 2),
+    ]
+    for name, outcome in decoded_in_children(cases).items():
+        assert outcome.samples is not None, (name, outcome.refused)
+        np.testing.assert_array_equal(outcome.samples, channel_mean(signals), err_msg=name)
+
+
+def test_the_channel_fuzz_finds_nothing() -> None:
+    """Every channel count up to 8 with every layout FFmpeg names, custom-order MOV
+    layouts, WAVE_FORMAT_EXTENSIBLE masks, every sample format (files, and decoded
+    frames packed and planar) of every allowed container, more channels than
+    allowed, and a byte mutation of each file: no crash, exact means where lossless.
+    (Longer runs: ``python -m tests.models.audio_fuzz --rounds 200``.)"""
+    cases = list(audio_fuzz.cases())
+    report = audio_fuzz.run(cases)
+    assert report.unbuildable == []
+    assert report.wrong() == []
+    assert len(report.outcomes) == len(cases) > 500
+    expected = {kind: sum(c.expect == kind for c in cases) for kind in ("mean", "like", "refused")}
+    assert expected["mean"] > 400 and expected["like"] > 50 and expected["refused"] >= 6
+    assert {c.frames for c in cases} >= {"u8p", "s16p", "s32p", "s64p", "fltp", "dblp", "s64"}
+    rng = np.random.default_rng(20)
+    mutants = [
+        Case(f"{case.name}~{i}", lambda d=data: d, "any", case.channels)
+        for case in cases
+        if case.build is not None
+        for i, data in enumerate(audio_fuzz.mutations(case.build(), rng, 1))
+    ]
+    assert audio_fuzz.run(mutants).crashes() == []
