@@ -65,6 +65,9 @@ GENERATORS = (
     "stream.input.text",
     "stream.garbage.",
     "stream.first-message.",
+    "front.host.",
+    "front.pipeline",
+    "front.header.",
 )
 
 

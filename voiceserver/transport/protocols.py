@@ -49,6 +49,10 @@ from voiceserver.transport.connection import set_abort
 
 log = logging.getLogger(__name__)
 
+_BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 30\r\nconnection: close\r\n\r\nInvalid HTTP request received."
+)
 _TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 43\r\nconnection: close\r\n\r\n"
@@ -117,26 +121,29 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._unparsed = b""
         self._offset = 0
         self._feeding = False
+        self._feed_scheduled = False
         self._in_head = False
         self._head_bytes = 0
         """The request's target, header names and values with their separators."""
         self._head_fed = 0
         """Bytes parsed while in the request's head: at most one slice more than it."""
-        self._too_large: bytes | None = None
-        """A 431 waiting for the answer before it to finish."""
+        self._head_error: str | None = None
+        """Why the parser was stopped in a request's head (too large)."""
+        self._refusal: bytes | None = None
+        """A 431 or 400 waiting for the answers before it to go out."""
         self._closing = False
         self._upgrade_waiting = False
         self._upgraded = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.flow = HeldFlow(transport, self._feed)
+        self.flow = HeldFlow(transport, self._schedule_feed)
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
         self._disarm_stall_timer()
-        self._unparsed, self._offset = b"", 0
+        self._drop_unparsed()
         super().connection_lost(exc)
 
     # -- reading: a slice at a time, never far past the request being answered --
@@ -146,6 +153,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return  # the rest of a refused request: read and dropped
         self._unparsed = self._unparsed[self._offset :] + data if self._unparsed else data
         self._offset = 0
+        self._feed()
+
+    def _schedule_feed(self) -> None:
+        """Parse what is held from a callback of its own, never inside the application's
+        ``send`` or ``receive`` (whose stack and exception context are not ours)."""
+        if not self._feed_scheduled and self._has_unparsed():
+            self._feed_scheduled = True
+            self.loop.call_soon(self._scheduled_feed)
+
+    def _scheduled_feed(self) -> None:
+        self._feed_scheduled = False
         self._feed()
 
     def _feed(self) -> None:
@@ -170,7 +188,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         finally:
             self._feeding = False
         if not self._has_unparsed():
-            self._unparsed, self._offset = b"", 0
+            self._drop_unparsed()
         if not self._done_with_http():
             self.flow.hold(self._has_unparsed())
 
@@ -181,6 +199,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _has_unparsed(self) -> bool:
         return self._offset < len(self._unparsed)
 
+    def _drop_unparsed(self) -> None:
+        self._unparsed, self._offset = b"", 0
+
+    def _answers_pending(self) -> bool:
+        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
+
     def _parse(self, piece: memoryview) -> bool:
         """Feed one slice; False when the connection is done with HTTP (an upgrade,
         a refusal or a malformed request)."""
@@ -190,7 +214,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._drop_unparsed()  # as uvicorn: what follows the handshake is not read
             if not self._should_upgrade():
                 self._unsupported_upgrade_warning()
-            elif self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            elif self._answers_pending():
                 # Pipelined behind answers still going out: upgrade once they are out,
                 # or the 101 could overtake them.
                 self._upgrade_waiting = True
@@ -198,13 +222,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             else:
                 self._upgrade()
             return False
-        except httptools.HttpParserError as exc:
+        except httptools.HttpParserError:
             self._drop_unparsed()
-            if isinstance(exc.__context__, HeadersTooLarge):
-                self._refuse_headers(str(exc.__context__))
+            if self._head_error is not None:
+                self._refuse_headers(self._head_error)
             else:
                 self.logger.warning("Invalid HTTP request received.")
-                self.send_400_response("Invalid HTTP request received.")
+                self._refuse(_BAD_REQUEST)
             return False
         return True
 
@@ -214,9 +238,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._disarm_stall_timer()
         self.flow.release()  # the WebSocket protocol reads from here on
         self.handle_websocket_upgrade()
-
-    def _drop_unparsed(self) -> None:
-        self._unparsed, self._offset = b"", 0
 
     # -- parser callbacks: count the head --
 
@@ -238,17 +259,21 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._disarm_header_timer()
-        if self._head_bytes > self.max_header_bytes:
-            raise HeadersTooLarge(f"{self._head_bytes} bytes")
-        if self.parser.should_upgrade() and self._should_upgrade():
-            self._check_handshake_lines()
+        self._head_error = self._head_too_large()
+        if self._head_error is not None:
+            raise HeadersTooLarge(self._head_error)  # stops the parser
         super().on_headers_complete()
 
-    def _check_handshake_lines(self) -> None:
-        """What the WebSocket library would refuse without answering: it reads
-        the handshake again, a line of at most MAX_LINE_LENGTH bytes at a time."""
+    def _head_too_large(self) -> str | None:
+        if self._head_bytes > self.max_header_bytes:
+            return f"{self._head_bytes} bytes"
+        if not (self.parser.should_upgrade() and self._should_upgrade()):
+            return None
+        # The WebSocket library reads the handshake again, at most MAX_NUM_HEADERS
+        # headers of at most MAX_LINE_LENGTH bytes a line, and hangs up without an
+        # answer past either.
         if len(self.headers) > MAX_NUM_HEADERS:
-            raise HeadersTooLarge(
+            return (
                 f"{len(self.headers)} headers in a WebSocket handshake, more than the"
                 f" {MAX_NUM_HEADERS} allowed"
             )
@@ -256,28 +281,28 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         request_line = len(self.parser.get_method()) + len(self.url) + 12  # "M <url> HTTP/1.1"
         longest = max(longest, request_line)
         if longest > MAX_LINE_LENGTH:
-            raise HeadersTooLarge(
+            return (
                 f"a WebSocket handshake line of {longest} bytes, more than the"
                 f" {MAX_LINE_LENGTH} allowed (8 KiB per line)"
             )
+        return None
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # starts the next request waiting, if any
         if self.transport.is_closing():
             return
-        if self._too_large is None and not self._upgrade_waiting:
-            self._feed()
-        elif not self.pipeline and self.cycle.response_complete:  # every answer is out
+        if self._refusal is None and not self._upgrade_waiting:
+            self._schedule_feed()
+        elif not self._answers_pending():
             self._unset_keepalive_if_required()
-            if self._too_large is not None:
-                self._send_and_linger(self._too_large)
+            if self._refusal is not None:
+                self._send_and_linger(self._refusal)
             else:
                 self._upgrade()
 
-    # -- refusing oversized headers --
+    # -- refusals --
 
     def _refuse_headers(self, what: str) -> None:
-        self._drop_unparsed()
         self._disarm_header_timer()
         message = (
             f"request headers too large: {what}; at most {self.max_header_bytes} bytes of"
@@ -294,28 +319,32 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 }
             }
         ).encode()
-        response = (
+        self._refuse(
             b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
             b"content-type: application/json\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\n"
             b"connection: close\r\n\r\n" + body
         )
+
+    def _refuse(self, response: bytes) -> None:
+        """Send ``response`` once the answers before it are out, then close."""
+        self._drop_unparsed()
         self._closing = True  # parse nothing more
-        if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
-            self._too_large = response  # after the answer being sent
+        if self._answers_pending():
+            self._refusal = response
             self.flow.hold(True)
         else:
             self._send_and_linger(response)
 
     def _send_and_linger(self, response: bytes) -> None:
-        """Answer, end our side, and drop what the client still sends for a moment."""
-        self._too_large = None
+        """Answer, end our side, and drop what the client still sends for a moment:
+        closing with unread bytes would reset the connection and lose the answer."""
+        self._refusal = None
         self._closing = True
         self.transport.write(response)
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self.flow.hold(False)
-        self.transport.resume_reading()
+        self.flow.release()
         self.loop.call_later(LINGER_S, self.transport.close)
 
     # -- timers --
