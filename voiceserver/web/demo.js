@@ -41,7 +41,7 @@ async function loadVoices() {
       ...body.data.map((v) => new Option(v.language ? `${v.name} (${v.language})` : v.name, v.name)),
     );
     if (body.default_voice) ui.voice.value = body.default_voice;
-    const health = await (await fetch("/health")).json();
+    const health = await (await fetch("/health", { headers: authHeaders() })).json();
     ui.model.textContent = health.model ?? "";
   } catch (err) {
     status(`Could not list voices: ${err.message}`, true);
