@@ -30,6 +30,10 @@ session alongside, and checks:
 5. a session with ``idle_timeout_s: 1e-9`` and an open context does not make the
    server spin (its CPU share, when the caller can read the server's CPU time).
 
+Each barrage also sends front-door probes (``http_front``, played by ``http_wire``):
+raw HTTP with drawn Host headers (served, 421, 400), pipelined requests and headers
+around the size limit (431); each must get its answer, in order.
+
 Findings are replayed on fresh sessions and cut down to the smallest message
 sequence that still shows them.
 
