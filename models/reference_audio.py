@@ -33,19 +33,22 @@ def load_reference_audio(
                 param="ref_audio",
                 code="unsupported_value",
             )
-        text = value.split(",", 1)[1] if value.startswith("data:") else value
+        if value.startswith("data:"):
+            _, comma, text = value.partition(",")
+            if not comma:
+                raise _bad("a data: URI must carry base64 audio (data:audio/wav;base64,...)")
+        else:
+            text = value
         try:
             value = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise _bad("a string must be base64-encoded audio") from exc
+        except (binascii.Error, ValueError):
+            raise _bad("a string must be base64-encoded audio") from None
+        if not value:
+            raise _bad("the audio is empty")
     if isinstance(value, bytes | bytearray | memoryview):
         wav, rate = decode_audio(bytes(value), max_seconds=max_s, max_bytes=MAX_AUDIO_BYTES)
     elif isinstance(value, np.ndarray | list | tuple):
-        wav = np.asarray(value, dtype=np.float32)
-        if wav.ndim == 2:
-            wav = wav.mean(axis=-1)
-        if wav.ndim != 1:
-            raise _bad(f"samples must be 1-D, got shape {wav.shape}")
+        wav = samples_of(value)
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
             raise ModelInputError(
                 "ref_audio_sample_rate: required (a positive integer) with raw samples",
@@ -65,6 +68,24 @@ def load_reference_audio(
     if rate != target_rate:
         wav = resample_like_librosa(wav, rate, target_rate)
     return wav
+
+
+def samples_of(value: np.ndarray | list | tuple) -> np.ndarray:
+    """An array of samples (one channel, or frames of channels) as mono float32;
+    ModelInputError naming ``ref_audio`` for anything else (strings, booleans, nulls,
+    ragged or deeper nesting, numbers beyond float64)."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError):
+        raise _bad("samples must be an array of numbers, or of equal-length frames") from None
+    if array.dtype.kind not in "iuf":
+        raise _bad("samples must be numbers (got strings, booleans, nulls or mixed values)")
+    if array.ndim not in (1, 2):
+        raise _bad(f"samples must be 1-D, or 2-D as [frame][channel]; got shape {array.shape}")
+    if array.size == 0:
+        raise _bad("the array holds no samples")
+    wav = array.astype(np.float32)
+    return wav.mean(axis=-1) if wav.ndim == 2 else wav
 
 
 def resample_like_librosa(wav: np.ndarray, rate: int, target_rate: int) -> np.ndarray:

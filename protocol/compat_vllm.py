@@ -60,7 +60,7 @@ from msgspec import Meta
 
 from protocol.codec import decode_tagged, encode_message, message_tags
 from protocol.errors import ProtocolError
-from protocol.messages import Speed
+from protocol.messages import RefText, Speed
 
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
@@ -96,7 +96,7 @@ class VllmSessionConfig(_VllmClient, tag="session.config"):
     initial_codec_chunk_frames: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
     non_streaming_mode: bool | None = None
     ref_audio: str | None = None
-    ref_text: str | None = None
+    ref_text: RefText | None = None
     x_vector_only_mode: bool | None = None
     speaker_embedding: Annotated[list[float], Meta(max_length=8192)] | None = None
     stream_audio: bool = False

@@ -56,7 +56,10 @@ ID_MAX_LEN = 256
 NAME_MAX_LEN = 256
 """Longest ``model``, ``voice`` or ``language`` name."""
 INSTRUCTIONS_MAX_LEN = 10_000
-"""Longest ``instructions`` or ``ref_text``."""
+"""Longest ``instructions``."""
+REF_TEXT_MAX_LEN = 10_000
+"""Longest ``ref_text`` (the reference audio's transcript), on every endpoint: the
+sockets, HTTP speech and batch, and voice uploads (a minute of speech is ~1,000)."""
 SPEAKER_EMBEDDING_MAX_LEN = 8192
 MAX_DELAY_MS_MAX = 600_000
 IDLE_TIMEOUT_MIN_S = 0.1
@@ -71,6 +74,7 @@ IdleSeconds = Annotated[float, Meta(ge=IDLE_TIMEOUT_MIN_S)]
 EventId = Annotated[str, Meta(max_length=ID_MAX_LEN)]
 Name = Annotated[str, Meta(max_length=NAME_MAX_LEN)]
 LongText = Annotated[str, Meta(max_length=INSTRUCTIONS_MAX_LEN)]
+RefText = Annotated[str, Meta(max_length=REF_TEXT_MAX_LEN)]
 Embedding = Annotated[list[float], Meta(max_length=SPEAKER_EMBEDDING_MAX_LEN)]
 DelayMs = Annotated[int, Meta(ge=0, le=MAX_DELAY_MS_MAX)]
 Bitrate = Annotated[int, Meta(ge=6000, le=510000)]
@@ -215,7 +219,7 @@ class ContextCreate(_ClientMessage, tag="context.create"):
     instructions: LongText | None = None
     output_format: OutputFormat | None = None
     ref_audio: str | None = None
-    ref_text: LongText | None = None
+    ref_text: RefText | None = None
     speaker_embedding: Embedding | None = None
     buffer: BufferConfig | None = None
     timestamps: TimestampMode | None = None

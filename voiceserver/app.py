@@ -18,7 +18,7 @@ from voiceserver.http.budget import ClientBudget
 from voiceserver.http.info import health, list_models
 from voiceserver.http.metrics import metrics_endpoint
 from voiceserver.http.speech import speech
-from voiceserver.http.voices import create_voice, delete_voice, list_voices
+from voiceserver.http.voices import create_voice, delete_voice, get_voice, list_voices
 from voiceserver.http.web import web_routes
 from voiceserver.runtime import Runtime
 from voiceserver.transport.compat_vllm import vllm_speech_stream
@@ -55,6 +55,7 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
         Route("/v1/audio/voices", list_voices, methods=["GET"]),
         Route("/v1/audio/voices", create_voice, methods=["POST"]),
         Route("/v1/audio/voices/{name}", delete_voice, methods=["DELETE"]),
+        Route("/v1/audio/voices/{name}", get_voice, methods=["GET"]),
         Route("/v1/auth/tokens", mint_token, methods=["POST"]),
         WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
         WebSocketRoute("/v1/audio/speech/stream", vllm_speech_stream),

@@ -62,6 +62,21 @@ class Limits:
     """Encoded audio a session may have queued for a slow reader."""
     max_batch_items: int = 32
     """Items one POST /v1/audio/speech/batch may hold (vllm-omni's default)."""
+    max_batch_text_chars: int = 100_000
+    """Characters of input one POST /v1/audio/speech/batch may hold, all its items
+    together (each item also at most ``max_text_chars``); more: 400 ``text_too_long``."""
+    max_batch_audio_bytes: int = 64 << 20
+    """Audio one POST /v1/audio/speech/batch may make, all its items together (the
+    files' bytes, before base64); an item that would pass it fails alone with
+    ``message_too_big``."""
+    max_client_media_jobs: int = 8
+    """Reference-audio work one client may have running at once: URL fetches, and
+    the reads and clones of a batch's shared reference or of an uploaded voice; more
+    get ``rate_limited`` (HTTP 429) naming ``ref_audio``."""
+    max_voice_store_bytes: int = 256 << 20
+    """Bytes the uploaded voices of the model may take together (arrays and
+    records, on disk and in memory); an upload past it gets HTTP 413 until voices
+    are deleted."""
     slow_reader_timeout_s: float = 10.0
     """Every send to a client must complete within this long; one that does not
     (the client stopped reading) drops the client: 1008 ``slow_reader``."""

@@ -15,6 +15,7 @@ from voiceserver.engine.client import EngineClient
 from voiceserver.engine.core import EngineCore
 from voiceserver.engine.prepare import FairPreparer
 from voiceserver.lifecycle import Lifecycle
+from voiceserver.media import MediaJobs
 from voiceserver.metrics import Metrics
 from voiceserver.names import OPENAI_VOICES, ModelNames
 from voiceserver.quotas import RateLimiter
@@ -42,6 +43,12 @@ class Runtime:
     started_at: float = field(default_factory=time.time)
     sessions_open: int = 0
     _client: EngineClient | None = None
+    media: MediaJobs = field(init=False)
+    """``ref_audio`` paths and URLs, and each client's running reference-audio work
+    (``Limits.max_client_media_jobs``)."""
+
+    def __post_init__(self) -> None:
+        self.media = MediaJobs(self.server.media, self.server.limits.max_client_media_jobs)
 
     @classmethod
     def build(cls, server: ServerConfig, model_config: ModelConfig) -> Runtime:

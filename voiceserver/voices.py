@@ -15,11 +15,15 @@ cannot be read is kept as a broken entry: it is listed with its error, a
 request naming it gets an error naming it, and DELETE removes it.
 
 Without a directory the store keeps uploads in memory only (lost at restart).
+
+The store is bounded twice: ``max_voices`` voices, and a total size that the
+caller passes to :meth:`VoiceStore.add` (``Limits.max_voice_store_bytes``): a
+voice's size is its record's JSON plus its arrays, what it takes on disk and in
+memory alike; voices loaded at start count with their files' sizes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -29,13 +33,13 @@ import threading
 import uuid
 import zipfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from models.base import ClonedVoice, ModelInputError, ModelRunner
+from models.base import ClonedVoice, ModelInputError, ModelRunner, SynthParams
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -50,10 +54,22 @@ _TRASH_PREFIX = ".trash-"
 # Request fields that bring their own reference: with one of these, a voice name
 # the server does not know is a label, not an error (as in vllm-omni's Base task).
 INLINE_VOICE_KEYS = ("ref_audio", "speaker_embedding", "voice_prompt")
+CLONE_INPUTS = (
+    "ref_audio",
+    "ref_audio_sample_rate",
+    "ref_text",
+    "x_vector_only",
+    "speaker_embedding",
+)
+"""Request settings a prepared voice (``voice_prompt``) replaces."""
 
 
 class VoiceExists(ModelInputError):
     """The name is taken (an uploaded or a built-in voice): HTTP 409."""
+
+
+class StoreFull(ModelInputError):
+    """The voices take the store's whole size already: HTTP 413."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,8 @@ class StoredVoice:
     voice: ClonedVoice | None
     """None when the files could not be read (``error`` says why)."""
     error: str | None = None
+    size: int = 0
+    """Bytes the voice takes (its record's JSON and its arrays)."""
 
 
 def model_dir_name(model_name: str) -> str:
@@ -103,9 +121,9 @@ class VoiceStore:
         self._voices: dict[str, StoredVoice] = {}
         self._busy: set[str] = set()
         """Names being written or deleted right now (checked under ``_lock``)."""
+        self._bytes = 0
+        """Bytes of the stored voices and of those being written (under ``_lock``)."""
         self._lock = threading.Lock()
-        self.upload_lock = asyncio.Lock()
-        """Held by the upload endpoint around cloning: one clone runs at a time."""
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._load()
@@ -147,6 +165,18 @@ class VoiceStore:
     def names(self) -> list[str]:
         return [v.record.name for v in self.list()]
 
+    @property
+    def size(self) -> int:
+        """Bytes the voices take (and those being written)."""
+        with self._lock:
+            return self._bytes
+
+    def check_room(self, max_bytes: int | None) -> None:
+        """StoreFull when not even a small voice fits any more (a cheap check before
+        the work of cloning one)."""
+        with self._lock:
+            self._check_room(0, max_bytes)
+
     # -- writing -----------------------------------------------------------------
 
     def check_name(self, name: object) -> str:
@@ -171,11 +201,17 @@ class VoiceStore:
             self._check_free(name)
         return name
 
-    def add(self, record: VoiceRecord, voice: ClonedVoice) -> StoredVoice:
+    def add(
+        self, record: VoiceRecord, voice: ClonedVoice, max_bytes: int | None = None
+    ) -> StoredVoice:
         """Store a new voice (written to disk before it is visible); raises
-        VoiceExists when the name was taken meanwhile."""
+        VoiceExists when the name was taken meanwhile, StoreFull when the voices
+        would take more than ``max_bytes`` (None: no bound) with it."""
         name = self.check_name(record.name)
         key = name.lower()
+        text = _meta_text(self.model_name, record, voice)
+        arrays = _arrays_of(record.name, voice)
+        size = len(text.encode("utf-8")) + sum(a.nbytes for a in arrays.values())
         with self._lock:
             self._check_free(name)
             if len(self._voices) >= self.max_voices:
@@ -185,17 +221,34 @@ class VoiceStore:
                     param="name",
                     code=ErrorCode.INVALID_FIELD,
                 )
+            self._check_room(size, max_bytes)
             self._busy.add(key)
+            self._bytes += size
+        stored = None
         try:
             if self.directory is not None:
-                self._write(record, voice)
-            stored = StoredVoice(record, voice)
+                self._write(record.name, text, arrays)
+            stored = StoredVoice(record, voice, size=size)
             with self._lock:
                 self._voices[key] = stored
             return stored
         finally:
             with self._lock:
                 self._busy.discard(key)
+                if stored is None:
+                    self._bytes -= size
+
+    def _check_room(self, size: int, max_bytes: int | None) -> None:
+        if max_bytes is None or self._bytes + max(size, 1) <= max_bytes:
+            return
+        raise StoreFull(
+            f"the voice store is full: its voices take {self._bytes} bytes of"
+            f" max_voice_store_bytes={max_bytes}"
+            + (f" and this voice needs {size}" if size else "")
+            + "; delete voices you no longer use (DELETE /v1/audio/voices/{name}) to make room",
+            param=None,
+            code=ErrorCode.MESSAGE_TOO_BIG,
+        )
 
     def remove(self, name: str) -> StoredVoice | None:
         """Delete an uploaded voice (from disk first); None when there is none."""
@@ -210,6 +263,7 @@ class VoiceStore:
                 self._delete(stored.record.name)
             with self._lock:
                 del self._voices[key]
+                self._bytes -= stored.size
             return stored
         finally:
             with self._lock:
@@ -228,19 +282,8 @@ class VoiceStore:
 
     # -- disk ----------------------------------------------------------------------
 
-    def _write(self, record: VoiceRecord, voice: ClonedVoice) -> None:
+    def _write(self, name: str, text: str, arrays: dict[str, np.ndarray]) -> None:
         assert self.directory is not None
-        meta = {
-            "format": _FORMAT,
-            "model": self.model_name,
-            "record": asdict(record),
-            "meta": voice.meta,
-        }
-        text = json.dumps(meta, ensure_ascii=False, indent=1)  # a TypeError here is a model bug
-        arrays = {key: np.asarray(value) for key, value in voice.arrays.items()}
-        for key, array in arrays.items():
-            if array.dtype.hasobject:  # would need a pickle, which loading refuses
-                raise ValueError(f"array {key!r} of voice {record.name!r} holds Python objects")
         tmp = self.directory / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
@@ -254,7 +297,7 @@ class VoiceStore:
                 os.fsync(f.fileno())
             # rename() of a folder onto an existing one fails: no silent overwrite
             # (nor a case-insensitive file system's silent merge).
-            os.rename(tmp, self.directory / record.name)
+            os.rename(tmp, self.directory / name)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -289,12 +332,33 @@ class VoiceStore:
             if stored.error is not None:
                 log.error("stored voice %r cannot be read: %s", name, stored.error)
             self._voices[name.lower()] = stored
+            self._bytes += stored.size
         log.info(
             "%d uploaded voice(s) of %s loaded from %s",
             len(self._voices),
             self.model_name,
             self.directory,
         )
+
+
+def _meta_text(model_name: str, record: VoiceRecord, voice: ClonedVoice) -> str:
+    meta = {"format": _FORMAT, "model": model_name, "record": asdict(record), "meta": voice.meta}
+    return json.dumps(meta, ensure_ascii=False, indent=1)  # a TypeError here is a model bug
+
+
+def _arrays_of(name: str, voice: ClonedVoice) -> dict[str, np.ndarray]:
+    arrays = {key: np.asarray(value) for key, value in voice.arrays.items()}
+    for key, array in arrays.items():
+        if array.dtype.hasobject:  # would need a pickle, which loading refuses
+            raise ValueError(f"array {key!r} of voice {name!r} holds Python objects")
+    return arrays
+
+
+def _folder_bytes(path: Path) -> int:
+    try:
+        return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+    except OSError:
+        return 0
 
 
 def _fsync_dir(path: Path) -> None:
@@ -314,6 +378,7 @@ def _read_voice(path: Path) -> StoredVoice:
     """One voice folder -> a StoredVoice (a broken one when anything is wrong)."""
     name = path.name
     created = int(path.stat().st_mtime)
+    size = _folder_bytes(path)
     try:
         data = json.loads((path / _META_FILE).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
@@ -331,12 +396,14 @@ def _read_voice(path: Path) -> StoredVoice:
             arrays = {key: npz[key] for key in npz.files}
     except OSError as exc:  # the file name only: clients see this text, not server paths
         where = Path(exc.filename).name if exc.filename else "voice files"
-        return StoredVoice(VoiceRecord(name, created), None, f"{where}: {exc.strerror or exc}")
+        return StoredVoice(
+            VoiceRecord(name, created), None, f"{where}: {exc.strerror or exc}", size
+        )
     # A damaged file can fail in many ways (zip, npy header, JSON); every one of
     # them must become a broken entry, never a failed start.
     except Exception as exc:  # noqa: BLE001
-        return StoredVoice(VoiceRecord(name, created), None, f"{type(exc).__name__}: {exc}")
-    return StoredVoice(record, ClonedVoice(arrays, meta))
+        return StoredVoice(VoiceRecord(name, created), None, f"{type(exc).__name__}: {exc}", size)
+    return StoredVoice(record, ClonedVoice(arrays, meta), size=size)
 
 
 def _record_from(data: Any, folder: str) -> VoiceRecord:
@@ -381,3 +448,16 @@ def resolve_voice(
         param="voice",
         code=ErrorCode.UNKNOWN_VOICE,
     )
+
+
+def speak_as(model: ModelRunner, params: SynthParams, cloned: ClonedVoice) -> SynthParams:
+    """``params`` speaking with ``cloned`` as a stored voice does: the model's own
+    settings for it (``voice_settings``) take the place of the request's reference
+    inputs, so nothing is decoded or encoded again."""
+    try:
+        name, settings = model.voice_settings(cloned)
+    except ModelInputError as err:
+        detail = str(err).removeprefix("voice: ")
+        raise ModelInputError(f"ref_audio: {detail}", param="ref_audio", code=err.code) from None
+    extra = {k: v for k, v in params.extra.items() if k not in CLONE_INPUTS}
+    return replace(params, voice=name, extra={**extra, **settings})

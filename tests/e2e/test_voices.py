@@ -123,7 +123,8 @@ async def test_uploaded_voice_is_used_everywhere_and_survives_a_restart(
         listing = http.get("/v1/audio/voices").json()
         assert listing["voices"] == ["Narrator", "clone", "plain"]
         entry = listing["uploaded_voices"][0]
-        assert entry["name"] == "Narrator" and entry["ref_text"] == REF_TEXT
+        assert entry["name"] == "Narrator" and "ref_text" not in entry  # a summary
+        assert http.get("/v1/audio/voices/Narrator").json()["ref_text"] == REF_TEXT
         assert entry["consent"] == "consent-1" and entry["file_size"] == len(REF_WAV)
         assert entry["mime_type"] == "audio/wav" and "error" not in entry
         assert [d["name"] for d in listing["data"] if d["uploaded"]] == ["Narrator", "plain"]
@@ -226,7 +227,7 @@ def assert_error(response: httpx.Response, status: int, param: str | None, *word
         ("empty", b"", {}, "audio_sample", ["empty"]),
         ("noise", b"this is not audio at all", {}, "audio_sample", ["not decodable audio"]),
         ("short", wav_bytes(0.3), {}, "audio_sample", ["too short"]),
-        ("toolong", REF_WAV, {"ref_text": "x" * 100_001}, "ref_text", ["100000"]),
+        ("toolong", REF_WAV, {"ref_text": "x" * 10_001}, "ref_text", ["10000"]),
         ("icl", REF_WAV, {"x_vector_only": "false"}, "ref_text", ["required"]),
         ("flag", REF_WAV, {"x_vector_only": "maybe"}, "x_vector_only", ["true or false"]),
         ("../etc", REF_WAV, {}, "name", ["A-Z a-z 0-9 _ . -"]),

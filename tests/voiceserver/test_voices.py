@@ -19,6 +19,7 @@ from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from voiceserver.config import config_for_checkpoint, load_model_config
 from voiceserver.voices import (
     StoredVoice,
+    StoreFull,
     VoiceExists,
     VoiceRecord,
     VoiceStore,
@@ -161,6 +162,32 @@ def test_max_voices(tmp_path: Path) -> None:
     with pytest.raises(ModelInputError, match="at most 1") as err:
         store.add(record("two"), cloned())
     assert err.value.param == "name" and not folder(tmp_path, "two").exists()
+
+
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_the_store_has_a_total_size(tmp_path: Path, on_disk: bool) -> None:
+    root = tmp_path if on_disk else None
+    store = store_at(root)
+    one = store.add(record("one", ref_text="x" * 1000), cloned(frames=50)).size
+    assert one > 1000 + 50 * 16 * 8 and store.size == one
+    cap = 3 * one + 100  # names differ in length
+    store.add(record("two", ref_text="x" * 1000), cloned(frames=50), max_bytes=cap)
+    store.add(record("three", ref_text="x" * 1000), cloned(frames=50), max_bytes=cap)
+    with pytest.raises(StoreFull, match="max_voice_store_bytes=.*DELETE") as err:
+        store.add(record("four", ref_text="x" * 1000), cloned(frames=50), max_bytes=cap)
+    assert err.value.code == "message_too_big"
+    store.check_room(cap)  # a smaller voice might still fit
+    with pytest.raises(StoreFull):
+        store.check_room(store.size)
+    assert store.names() == ["one", "three", "two"]
+    assert root is None or not folder(tmp_path, "four").exists()
+    assert store.remove("two") is not None and abs(store.size - 2 * one) < 10
+    store.add(record("four", ref_text="x" * 1000), cloned(frames=50), max_bytes=cap)
+    if root is not None:  # reopened, the voices count with their files' sizes
+        again = store_at(root)
+        assert abs(again.size - 3 * one) < 3 * 2048
+        with pytest.raises(StoreFull):
+            again.add(record("five"), cloned(frames=50), max_bytes=again.size)
 
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from models.base import ModelInputError, SynthParams
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import INSTRUCTIONS_MAX_LEN
+from protocol.messages import INSTRUCTIONS_MAX_LEN, REF_TEXT_MAX_LEN
 from protocol.validation import check_text
 from voiceserver.audio.containers import (
     DEFAULT_RESPONSE_FORMAT,
@@ -105,7 +105,6 @@ from voiceserver.http.guard import (
     cancel_on_disconnect,
     client_gone_response,
 )
-from voiceserver.media import load_named_media
 from voiceserver.names import is_openai_model, openai_voice
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
@@ -375,14 +374,20 @@ def parse_speech_request(
     )
 
 
-async def load_ref_audio(rt: Runtime, body: Mapping[str, Any]) -> Mapping[str, Any]:
+def takes_ref_audio(rt: Runtime) -> bool:
+    return any(f.name == "ref_audio" for f in rt.model.capabilities.request_fields)
+
+
+async def load_ref_audio(
+    rt: Runtime, body: Mapping[str, Any], client: ClientId | None = None
+) -> Mapping[str, Any]:
     """``body`` with a ``ref_audio`` path, ``file://`` URI or URL replaced by the
-    file's bytes (read in a worker thread, within ``ServerConfig.media``); models
-    that take no reference audio never cause a read."""
+    file's bytes (within ``ServerConfig.media``, counted against ``client``'s
+    reference-audio jobs); models that take no reference audio never cause a read.
+    A ``ref_audio`` of no usable shape is a 400 naming it."""
     value = body.get("ref_audio")
-    accepted = any(f.name == "ref_audio" for f in rt.model.capabilities.request_fields)
     try:
-        data = await load_named_media(value, rt.server.media, accepted)
+        data = await rt.media.load(value, client, takes_ref_audio(rt))
     except ModelInputError as err:
         raise from_model_error(err) from None
     return body if data is value else {**body, "ref_audio": data}
@@ -413,7 +418,9 @@ def _model_extras(fields: _Fields) -> dict[str, Any]:
             raise invalid("extra_params", f"must be an object, got {_kind(extra_params)}")
         extra.update(extra_params)
     if fields.present("ref_text"):
-        extra["ref_text"] = fields.text("ref_text", INSTRUCTIONS_MAX_LEN)
+        extra["ref_text"] = fields.text("ref_text", REF_TEXT_MAX_LEN)
+    elif extra.get("ref_text") is not None:  # the same cap for one sent in extra_params
+        extra["ref_text"] = _Fields(extra).text("ref_text", REF_TEXT_MAX_LEN)
     for key in _MODEL_KEYS:
         if fields.present(key):
             extra[key] = fields.body[key]
@@ -536,14 +543,23 @@ class SpeechStream:
 
 
 async def synthesize(
-    rt: Runtime, request: SpeechRequest, endpoint: str = "batch", client: ClientId | None = None
+    rt: Runtime,
+    request: SpeechRequest,
+    endpoint: str = "batch",
+    client: ClientId | None = None,
+    spend: Callable[[int], None] | None = None,
 ) -> tuple[bytes, dict[str, int]]:
-    """The whole file and its usage (for the batch endpoint)."""
+    """The whole file and its usage (for the batch endpoint). ``spend`` is told the
+    size of every piece as it is made and may raise (ApiError) to stop the file."""
     stream = SpeechStream(rt, request, endpoint, client)
     try:
         await stream.start()
-        data = b"".join([part async for part in stream.chunks()])
-        return data, stream.usage()
+        parts = []
+        async for part in stream.chunks():
+            if spend is not None:
+                spend(len(part))
+            parts.append(part)
+        return b"".join(parts), stream.usage()
     finally:
         stream.close()
 
@@ -623,7 +639,7 @@ async def speech(request: Request) -> Response:
         if rt.lifecycle.draining:
             raise shutting_down()
         body = await cancel_on_disconnect(
-            request, load_ref_audio(rt, await read_json_object(request))
+            request, load_ref_audio(rt, await read_json_object(request), request_client(request))
         )
         speech_request = parse_speech_request(rt, body)
         stream = SpeechStream(rt, speech_request, client=request_client(request))

@@ -5,8 +5,13 @@ its ``api_server.py``) and OpenAI's custom voices, so clients of either work:
 
 - ``GET``: ``{"voices": [sorted names, built-in and uploaded], "uploaded_voices":
   [{name, consent, created_at, file_size, mime_type, embedding_source,
-  x_vector_only, ref_text?, speaker_description?, error?}], "default_voice",
-  "data": [{name, language, description, uploaded}, built-in first]}``.
+  x_vector_only, error?}], "default_voice", "data": [{name, language, description,
+  uploaded}, built-in first]}``, a page at a time in OpenAI's list style: ``limit``
+  (1 to 1000, default 100) voices after the voice named ``after``, with ``object:
+  "list"``, ``has_more``, ``first_id`` and ``last_id`` (pass it as ``after`` for the
+  next page). The entries are summaries: the long fields (``ref_text``,
+  ``speaker_description``) are in ``GET /v1/audio/voices/{name}``, which answers one
+  voice's listing entry whole (``object: "audio.voice"``), or 404.
 - ``POST``, ``multipart/form-data`` as both send it: ``audio_sample`` (the
   file), ``name``, ``consent`` (OpenAI's consent id; optional here, stored),
   ``ref_text`` (the reference's transcript: the voice then clones in context,
@@ -21,10 +26,13 @@ its ``api_server.py``) and OpenAI's custom voices, so clients of either work:
 
 The voice is computed once at upload (``ModelRunner.clone_voice``: speaker
 embedding, reference codes) and stored (``voiceserver.voices.VoiceStore``), so
-requests naming it skip the reference audio entirely. Cloning runs in a worker
-thread (``asyncio.to_thread``), one upload at a time: it must not stall the event
-loop, and on the engine thread it would stall every live stream for as long as
-the encoders run, while the engine's own work needs nothing from it.
+requests naming it skip the reference audio entirely. Cloning runs on the prepare
+workers, clients taking turns (``voiceserver.cloning``): it must not stall the event
+loop, and on the engine thread it would stall every live stream for as long as the
+encoders run. A client has at most ``Limits.max_client_media_jobs`` clones (and
+fetches) running (more: 429 naming ``audio_sample``); ``ref_text`` holds at most
+``REF_TEXT_MAX_LEN`` characters, as everywhere; the store holds at most
+``Limits.max_voice_store_bytes`` (a full store answers 413: delete voices first).
 """
 
 from __future__ import annotations
@@ -45,7 +53,11 @@ from starlette.responses import JSONResponse, Response
 
 from models.base import ModelInputError
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import REF_TEXT_MAX_LEN
 from protocol.validation import check_text
+from voiceserver.clients import ClientId
+from voiceserver.cloning import clone_voice
+from voiceserver.http.budget import request_client
 from voiceserver.http.errors import (
     ApiError,
     check_auth,
@@ -56,13 +68,16 @@ from voiceserver.http.errors import (
 from voiceserver.http.guard import ClientGone, client_gone_response
 from voiceserver.http.speech import read_body, read_json_object, request_id_of, runtime_of
 from voiceserver.runtime import Runtime
-from voiceserver.voices import StoredVoice, VoiceExists, VoiceRecord
+from voiceserver.voices import StoredVoice, StoreFull, VoiceExists, VoiceRecord
 
 log = logging.getLogger(__name__)
 
 AUDIO_FIELD = "audio_sample"
 MAX_NOTE_CHARS = 1000
 """Longest ``consent`` / ``speaker_description``."""
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+"""Voices one listing page holds (``limit``)."""
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
@@ -72,32 +87,102 @@ async def list_voices(request: Request) -> Response:
     rt = runtime_of(request)
     try:
         check_auth(request, rt.server.api_keys)
+        limit, after = _page_params(request)
     except ApiError as err:
         return error_response(err, request_id, rt.metrics, "http")
     caps = rt.model.capabilities
-    uploaded = rt.voices.list()
-    data = [
-        {"name": v.name, "language": v.language, "description": v.description, "uploaded": False}
-        for v in caps.voices
-    ]
-    data += [
-        {
-            "name": v.record.name,
-            "language": caps.languages[0],
-            "description": v.record.description or "uploaded voice",
-            "uploaded": True,
-        }
-        for v in uploaded
-    ]
+    builtin = list(caps.voices)
+    uploaded = rt.voices.list()  # sorted by lower-case name
+    if after is None:
+        start = 0
+    else:
+        known = [v.name.lower() for v in builtin]
+        key = after.lower()
+        if key in known:
+            start = known.index(key) + 1
+        else:  # an uploaded name (perhaps deleted since): those after it
+            start = len(builtin) + sum(1 for v in uploaded if v.record.name.lower() <= key)
+    everything: list[Any] = [*builtin, *uploaded]
+    page = everything[start : start + limit]
+    page_builtin = [v for v in page if not isinstance(v, StoredVoice)]
+    page_uploaded = [v for v in page if isinstance(v, StoredVoice)]
+    data = [_builtin_entry(v) for v in page_builtin]
+    data += [_uploaded_data(v, caps.languages[0]) for v in page_uploaded]
+    names = [entry["name"] for entry in data]
     return JSONResponse(
         {
-            "voices": sorted([v.name for v in caps.voices] + [v.record.name for v in uploaded]),
-            "uploaded_voices": [voice_entry(v) for v in uploaded],
+            "object": "list",
+            "voices": sorted(names),
+            "uploaded_voices": [voice_entry(v, summary=True) for v in page_uploaded],
             "default_voice": caps.default_voice,
             "data": data,
+            "first_id": names[0] if names else None,
+            "last_id": names[-1] if names else None,
+            "has_more": start + limit < len(everything),
         },
         headers={"x-request-id": request_id},
     )
+
+
+async def get_voice(request: Request) -> Response:
+    """GET /v1/audio/voices/{name}: one voice, every field."""
+    request_id = request_id_of(request)
+    rt = runtime_of(request)
+    name = request.path_params["name"]
+    try:
+        check_auth(request, rt.server.api_keys)
+        caps = rt.model.capabilities
+        for voice in caps.voices:
+            if voice.name.lower() == name.lower():
+                body = _builtin_entry(voice)
+                break
+        else:
+            stored = rt.voices.find(name)
+            if stored is None:
+                raise ApiError(
+                    404,
+                    f"no voice called {name[:80]!r}; list them with GET /v1/audio/voices",
+                    param="name",
+                    code=ErrorCode.UNKNOWN_VOICE,
+                )
+            body = {**_uploaded_data(stored, caps.languages[0]), **voice_entry(stored)}
+    except ApiError as err:
+        return error_response(err, request_id, rt.metrics, "http")
+    return JSONResponse(
+        {"id": body["name"], "object": "audio.voice", **body},
+        headers={"x-request-id": request_id},
+    )
+
+
+def _page_params(request: Request) -> tuple[int, str | None]:
+    raw = request.query_params.get("limit")
+    limit = DEFAULT_PAGE
+    if raw is not None:
+        if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_PAGE):
+            raise invalid("limit", f"must be a whole number from 1 to {MAX_PAGE}, got {raw[:20]!r}")
+        limit = int(raw)
+    after = request.query_params.get("after") or None
+    if after is not None and len(after) > 256:
+        raise invalid("after", "must be a voice name (the last_id of the previous page)")
+    return limit, after
+
+
+def _builtin_entry(voice: Any) -> dict[str, Any]:
+    return {
+        "name": voice.name,
+        "language": voice.language,
+        "description": voice.description,
+        "uploaded": False,
+    }
+
+
+def _uploaded_data(stored: StoredVoice, language: str) -> dict[str, Any]:
+    return {
+        "name": stored.record.name,
+        "language": language,
+        "description": stored.record.description or "uploaded voice",
+        "uploaded": True,
+    }
 
 
 async def create_voice(request: Request) -> Response:
@@ -105,8 +190,8 @@ async def create_voice(request: Request) -> Response:
     rt = runtime_of(request)
     try:
         check_auth(request, rt.server.api_keys)
-        upload = await read_upload(request, rt.server.limits.max_text_chars)
-        stored = await clone_and_store(rt, upload)
+        upload = await read_upload(request)
+        stored = await clone_and_store(rt, upload, request_client(request))
     except ApiError as err:
         return error_response(err, request_id, rt.metrics, "http")
     except ClientGone:
@@ -167,8 +252,9 @@ async def delete_voice(request: Request) -> Response:
     )
 
 
-def voice_entry(stored: StoredVoice) -> dict[str, Any]:
-    """One ``uploaded_voices`` item (vllm-omni's keys, plus ``error`` when broken)."""
+def voice_entry(stored: StoredVoice, summary: bool = False) -> dict[str, Any]:
+    """One ``uploaded_voices`` item (vllm-omni's keys, plus ``error`` when broken);
+    a ``summary`` leaves out the long fields (``ref_text``, ``speaker_description``)."""
     record = stored.record
     entry: dict[str, Any] = {
         "name": record.name,
@@ -179,9 +265,9 @@ def voice_entry(stored: StoredVoice) -> dict[str, Any]:
         "embedding_source": "audio",
         "x_vector_only": record.x_vector_only,
     }
-    if record.ref_text:
+    if record.ref_text and not summary:
         entry["ref_text"] = record.ref_text
-    if record.description:
+    if record.description and not summary:
         entry["speaker_description"] = record.description
     if stored.error is not None:
         entry["error"] = stored.error
@@ -204,7 +290,7 @@ class Upload:
     x_vector_only: bool | None
 
 
-async def read_upload(request: Request, max_text_chars: int) -> Upload:
+async def read_upload(request: Request) -> Upload:
     """The request's fields from a multipart form or a JSON object; ApiError naming
     the field otherwise."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -226,7 +312,7 @@ async def read_upload(request: Request, max_text_chars: int) -> Upload:
     texts = {
         key: _text(fields, key, limit)
         for key, limit in (
-            ("ref_text", max_text_chars),
+            ("ref_text", REF_TEXT_MAX_LEN),
             ("consent", MAX_NOTE_CHARS),
             ("speaker_description", MAX_NOTE_CHARS),
         )
@@ -252,28 +338,33 @@ async def read_upload(request: Request, max_text_chars: int) -> Upload:
     )
 
 
-async def clone_and_store(rt: Runtime, upload: Upload) -> StoredVoice:
+async def clone_and_store(
+    rt: Runtime, upload: Upload, client: ClientId | None = None
+) -> StoredVoice:
     store = rt.voices
+    max_bytes = rt.server.limits.max_voice_store_bytes
     x_only = upload.x_vector_only if upload.x_vector_only is not None else not upload.ref_text
     try:
         name = store.check_name(upload.name)
-        async with store.upload_lock:
-            store.check_name(name)  # taken while this upload waited?
-            options = {"ref_text": upload.ref_text, "x_vector_only": x_only}
-            cloned = await asyncio.to_thread(rt.model.runner.clone_voice, upload.audio, options)
-            record = VoiceRecord(
-                name=name,
-                created_at=int(time.time()),
-                consent=upload.consent,
-                description=upload.description,
-                ref_text=upload.ref_text if not x_only else None,
-                x_vector_only=x_only,
-                mime_type=upload.mime_type,
-                file_size=len(upload.audio),
-            )
-            return await asyncio.to_thread(store.add, record, cloned)
+        store.check_room(max_bytes)
+        options = {"ref_text": upload.ref_text, "x_vector_only": x_only}
+        cloned = await clone_voice(rt, client, upload.audio, options, AUDIO_FIELD)
+        record = VoiceRecord(
+            name=name,
+            created_at=int(time.time()),
+            consent=upload.consent,
+            description=upload.description,
+            ref_text=upload.ref_text if not x_only else None,
+            x_vector_only=x_only,
+            mime_type=upload.mime_type,
+            file_size=len(upload.audio),
+        )
+        # Checks the name and the room again: another upload may have taken either.
+        return await asyncio.to_thread(store.add, record, cloned, max_bytes)
     except VoiceExists as err:
         raise ApiError(409, str(err), param=err.param, code=err.code) from None
+    except StoreFull as err:
+        raise ApiError(413, str(err), param=err.param, code=err.code) from None
     except ModelInputError as err:
         raise _upload_error(err) from None
     except OSError as exc:

@@ -77,7 +77,6 @@ from protocol.validation import check_text
 from voiceserver.clients import ClientId
 from voiceserver.engine.client import Overloaded
 from voiceserver.logs import Throttled
-from voiceserver.media import load_named_media
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.peer import FAREWELL_S, PeerGone, say_farewell
@@ -355,10 +354,10 @@ class CompatSession:
             )
             return
         try:
-            # A path or URL is read in a worker thread; messages after this config
-            # wait in the socket meanwhile, so their order is kept.
+            # A path or URL is loaded first (a fetch within its one deadline); messages
+            # after this config wait in the socket meanwhile, so their order is kept.
             accepted = any(f.name == "ref_audio" for f in self.rt.model.capabilities.request_fields)
-            ref_audio = await load_named_media(msg.ref_audio, self.rt.server.media, accepted)
+            ref_audio = await self.rt.media.load(msg.ref_audio, self.client, accepted)
             settings = settings_from_config(self.rt, msg, ref_audio)
         except ModelInputError as exc:
             self.rt.metrics.error(ENDPOINT, exc.code)

@@ -11,8 +11,9 @@ import pytest
 from models.base import ModelInputError
 from voiceserver.config import ModelConfig, model_config_from_mapping
 from voiceserver.languages import resolve_language
-from voiceserver.media import _public, is_local_path
+from voiceserver.media import is_local_path
 from voiceserver.names import ModelNames, checkpoint_names, openai_voice
+from voiceserver.public_ip import is_public as _public
 
 QWEN = ("auto", "en", "zh", "de", "japanese")
 
