@@ -15,8 +15,9 @@ with the answer it must get. The rules come from the documents (docs/browsers.md
 - ``front.pipeline``: 2-24 of those in one write; every one answered, in order.
 - ``front.header.*``: headers summing to at most ``Limits.max_header_bytes``
   (served), more (431 ``headers_too_large`` and the connection closed), up to
-  1 MiB, many small ones, and WebSocket handshake lines around 8 KiB (the socket
-  library's line limit: 431 above it).
+  1 MiB, many small ones, trailers of a chunked body around the same limit, and
+  WebSocket handshake lines around 8 KiB (the socket library's line limit: 431
+  above it).
 
 :mod:`bench.fuzzing.http_wire` plays them and judges the answers.
 """
@@ -204,7 +205,7 @@ def host_request(draw: st.DrawFn, facts: ServerFacts, last: bool) -> Request:
 
 @st.composite
 def header_request(draw: st.DrawFn, facts: ServerFacts) -> Request:
-    kind = draw(st.sampled_from(["under", "over", "huge", "many", "ws-line"]))
+    kind = draw(st.sampled_from(["under", "over", "huge", "many", "ws-line", "trailer"]))
     host = [("Host", f"127.0.0.1:{_port(facts)}")]
     path = "/health"
     if kind == "ws-line":
@@ -216,6 +217,8 @@ def header_request(draw: st.DrawFn, facts: ServerFacts) -> Request:
         else:
             expect = Expect(frozenset({101}) | SERVED, frozenset({"rate_limited"}))
         return Request(f"front.header.{kind}", data, expect, upgrade=True)
+    if kind == "trailer":
+        return _trailer_request(draw(st.integers(HEADER_LIMIT - 64, HEADER_LIMIT + 64)), host)
     if kind == "many":
         count = draw(st.integers(HEADER_LIMIT // 24, HEADER_LIMIT // 12))
         headers = [*host, *((f"X-{i}", "v" * 16) for i in range(count))]
@@ -233,6 +236,20 @@ def header_request(draw: st.DrawFn, facts: ServerFacts) -> Request:
     else:
         expect = Expect(frozenset({431}), frozenset({"headers_too_large"}), closes=True)
     return Request(f"front.header.{kind}", _head("GET", path, headers, "HTTP/1.1"), expect)
+
+
+def _trailer_request(total: int, host: list[tuple[str, str]]) -> Request:
+    """A chunked POST to the token endpoint (cheap) whose trailers total ``total``."""
+    trailer = ("X-Sum", "s" * (total - len("X-Sum") - 4))
+    headers = [*host, ("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")]
+    data = _head("POST", "/v1/auth/tokens", headers, "HTTP/1.1") + (
+        f"2\r\n{{}}\r\n0\r\n{trailer[0]}: {trailer[1]}\r\n\r\n".encode()
+    )
+    if total <= HEADER_LIMIT:
+        expect = Expect(frozenset({200}) | SERVED, frozenset({"rate_limited"}))
+    else:
+        expect = Expect(frozenset({431}), frozenset({"headers_too_large"}), closes=True)
+    return Request("front.header.trailer", data, expect)
 
 
 # --- probes -----------------------------------------------------------------------

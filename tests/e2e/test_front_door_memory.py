@@ -212,3 +212,35 @@ def test_a_malformed_request_gets_400_and_the_connection_closes(server: SpawnedS
     data = head("GET", "/health", [("Host", f"{host}:{port}")])[:-2] + b"no colon here\r\n\r\n"
     answer = exchange(host, port, data, check_closed=True)
     assert answer.status == 400 and answer.closed
+
+
+def chunked_post(host: str, port: int, trailer: bytes) -> bytes:
+    body = b'{"input": "Hi."}'
+    return (
+        head(
+            "POST",
+            "/v1/audio/speech",
+            [
+                ("Host", f"{host}:{port}"),
+                ("Content-Type", "application/json"),
+                ("Transfer-Encoding", "chunked"),
+            ],
+        )
+        + b"%x\r\n%s\r\n0\r\n" % (len(body), body)
+        + trailer
+        + b"\r\n"
+    )
+
+
+def test_huge_trailers_get_431_and_the_connection_closes(server: SpawnedServer) -> None:
+    """Trailers (headers after a chunked body) count against the same limit."""
+    assert server.pid is not None
+    host, port = address(server)
+    base = rss_mb(server.pid)
+    small = exchange(host, port, chunked_post(host, port, b"X-Sum: 1\r\n"), method="POST")
+    assert small.status == 200 and small.body
+    huge = chunked_post(host, port, b"X-Sum: " + b"s" * (45 << 20) + b"\r\n")
+    answer = exchange(host, port, huge, method="POST", check_closed=True)
+    assert answer.status == 431 and answer.closed
+    assert answer.json()["error"]["code"] == "headers_too_large"
+    assert rss_mb(server.pid) - base < GROWTH_BOUND_MB

@@ -127,6 +127,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """The request's target, header names and values with their separators."""
         self._head_fed = 0
         """Bytes parsed while in the request's head: at most one slice more than it."""
+        self._in_trailers = False
+        """After a chunk's size line and before its data: the trailers, after the last."""
+        self._trailer_bytes = 0
+        self._trailer_fed = 0
         self._head_error: str | None = None
         """Why the parser was stopped in a request's head (too large)."""
         self._refusal: bytes | None = None
@@ -185,6 +189,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                     if self._head_fed > self.max_header_bytes + PARSE_SLICE:
                         self._refuse_headers(f"more than {self._head_fed} bytes")
                         return
+                elif self._in_trailers:
+                    self._trailer_fed += len(piece)
+                    if self._trailer_fed > self.max_header_bytes + PARSE_SLICE:
+                        self._refuse_trailers(f"more than {self._trailer_fed} bytes")
+                        return
         finally:
             self._feeding = False
         if not self._has_unparsed():
@@ -203,7 +212,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._unparsed, self._offset = b"", 0
 
     def _answers_pending(self) -> bool:
-        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
+        cycle = self.cycle
+        running = cycle is not None and not cycle.response_complete and not cycle.disconnected
+        return bool(self.pipeline) or running
 
     def _parse(self, piece: memoryview) -> bool:
         """Feed one slice; False when the connection is done with HTTP (an upgrade,
@@ -224,7 +235,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return False
         except httptools.HttpParserError:
             self._drop_unparsed()
-            if self._head_error is not None:
+            if self._head_error is not None and self._in_trailers:
+                self._refuse_trailers(self._head_error)
+            elif self._head_error is not None:
                 self._refuse_headers(self._head_error)
             else:
                 self.logger.warning("Invalid HTTP request received.")
@@ -245,6 +258,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = self._head_fed = 0
+        self._in_trailers = False
         self._arm_header_timer()
         set_abort(self.scope, self._abort)  # type: ignore[arg-type]
 
@@ -253,8 +267,26 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        size = len(name) + len(value) + 4  # ": " and CRLF
+        if self._in_head:
+            self._head_bytes += size
+        else:  # a trailer, after a chunked body: the same limit, all of them together
+            self._trailer_bytes += size
+            if self._trailer_bytes > self.max_header_bytes:
+                self._head_error = f"trailers of {self._trailer_bytes} bytes"
+                raise HeadersTooLarge(self._head_error)  # stops the parser
         super().on_header(name, value)
+
+    def on_chunk_header(self) -> None:
+        self._in_trailers = True  # until data arrives: only the last chunk has none
+        self._trailer_fed = self._trailer_bytes = 0
+
+    def on_body(self, body: bytes) -> None:
+        self._in_trailers = False
+        super().on_body(body)
+
+    def on_chunk_complete(self) -> None:
+        self._in_trailers = False
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -325,6 +357,21 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             b"content-length: " + str(len(body)).encode() + b"\r\n"
             b"connection: close\r\n\r\n" + body
         )
+
+    def _refuse_trailers(self, what: str) -> None:
+        """Trailers too large come while their request runs: the application is told
+        its client left, and the 431 goes out now if it has not answered yet."""
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started and not cycle.response_complete
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if answering:
+            self._drop_unparsed()
+            self._closing = True
+            self._abort()
+        else:
+            self._refuse_headers(what)
 
     def _refuse(self, response: bytes) -> None:
         """Send ``response`` once the answers before it are out, then close."""
