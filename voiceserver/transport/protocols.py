@@ -7,9 +7,8 @@
 - A header size limit: a request line plus headers over ``max_header_bytes``
   gets 431 and the connection is closed (uvicorn reads headers of any size: a
   45 MiB one was answered); so do a chunked body's trailers. WebSocket
-  handshakes also get 431 for what the
-  WebSocket library would refuse without an answer (a line over its 8 KiB,
-  more than its 128 headers).
+  handshakes also get 431 for what the WebSocket library would refuse without
+  an answer (a line over its 8 KiB, more than its 128 headers).
 - Pipelining within bounds: uvicorn parses every request of each read (~7,000
   ``GET``s in 256 KiB), queues them all, and reads again after every answer, so a
   client that sends requests without reading the answers grows the server
