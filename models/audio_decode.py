@@ -63,8 +63,8 @@ with the fuzzer in ``tests/models/audio_fuzz.py``:
   planar frame has 9 planes by PyAV's count) and ``to_ndarray`` reads from that
   address: SIGSEGV. Any planar frame of 8 channels did it (the previous code asked
   for planar float), i.e. any 8-channel WAV, FLAC, Ogg Vorbis, ... of any size.
-  With more than 8 planes FFmpeg allocates ``extended_data`` on the heap and PyAV
-  reads past its end (31 planes counted for 9 and for 16 channels). Packed
+  With more than 8 planes ``extended_data`` is an array on the heap and PyAV reads
+  past its end (31 planes counted for 9 and for 16 channels). Packed
   (interleaved) samples are one plane for any channel count, and ``data[1]`` is
   NULL, so here every frame is converted to packed ``flt`` and only that is turned
   into an array.
@@ -72,8 +72,9 @@ with the fuzzer in ``tests/models/audio_fuzz.py``:
   copies the struct, map pointer included, and frees the map when it is collected;
   the owner (codec context or frame) frees it again: a double free, SIGABRT. A MOV
   or M4A whose ``chan`` box lists channels out of FFmpeg's order (right before
-  left; one label twice; unknown labels) gives such a layout, already at 2
-  channels; reading ``codec_context.channels`` alone armed it, as did every decoded
+  left, or one label twice) gives such a layout, already at 2 channels (unknown
+  labels give an unordered one); reading ``codec_context.channels`` alone armed it
+  (valgrind: an invalid free when the context is freed), as did every decoded
   frame. Custom order comes only from the container's header here (the allowed
   decoders set native, ambisonic or unspecified layouts of their own), so the
   codec context's layout is replaced, before the decoder opens, by an unordered one
@@ -83,10 +84,14 @@ with the fuzzer in ``tests/models/audio_fuzz.py``:
 Up to ``MAX_CHANNELS`` (8) channels are decoded and averaged; more are refused
 from the header (and from the first frame, for streams whose header does not
 say) before anything is decoded. The fuzzer covers 1 to 8 channels with every
-named layout, header layouts of custom order, unlabelled WAV and WAVE_FORMAT_
-EXTENSIBLE channel masks, the sample formats u8, s16, s24, s32, s64, flt and dbl
-(packed, as PCM decoders give them) and planar s16/s32/flt (FLAC, Vorbis, Opus,
-AAC, MP3 decoders) in every allowed container, and byte mutations of all of them.
+layout FFmpeg names, header layouts of custom order, WAV with no channel mask and
+with WAVE_FORMAT_EXTENSIBLE masks, in every allowed container: packed u8, s16,
+s32 (24-bit too), s64, flt and dbl as the PCM and FLAC decoders give them, planar
+flt as the Vorbis, Opus, AAC and MP3 decoders give them, and decoded frames of all
+twelve sample formats, packed and planar, pushed through ``DownMix`` directly; and
+byte mutations of every file. With the fix, the result is the float32 mean of the
+channels bit for bit for lossless input, and bit for bit what the planar code gave
+for mono and stereo.
 """
 
 from __future__ import annotations

@@ -14,10 +14,16 @@ Signals are on an 8-bit grid (k/128), so every format holds them exactly and the
 sum of up to 8 channels is exact in float32: the decoder's result must equal the
 float32 mean bit for bit (lossless codecs), or correlate with it (lossy ones).
 
-Long run, with byte mutations of every case (about 20 minutes at --rounds 200 on
-two cores; ``--valgrind`` also reports invalid reads and frees that do not crash)::
+The test suite runs every case and one mutant of each (about 10 s). Long runs, with
+``--rounds`` byte mutations of every file (300 rounds: 151,500 mutants, 10 minutes on
+two cores), and under valgrind, which also reports invalid reads and frees that do
+not crash (608 cases and 3 mutants of each: under 2 minutes)::
 
-    .venv/bin/python -m tests.models.audio_fuzz --rounds 200
+    .venv/bin/python -m tests.models.audio_fuzz --rounds 300 --keep /tmp/audio-crashes
+    .venv/bin/python -m tests.models.audio_fuzz --rounds 3 --valgrind
+
+``--decoder MODULE`` runs another module's ``decode_audio`` (e.g. the code before
+the fix, to see what it did); ``--match TEXT`` picks cases by name.
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ RATE = 16000
 SECONDS = 0.25
 MAX_CHANNELS = 8
 VALGRIND = ("valgrind", "-q", "--error-exitcode=99", "--undef-value-errors=no", "--leak-check=no")
+VALGRIND_SUPPRESSIONS = """{
+   the dynamic loader's word-wise strncmp over rpath strings (a known false positive)
+   Memcheck:Addr8
+   fun:strncmp
+   fun:is_dst
+}
+"""
 
 # -- signals ----------------------------------------------------------------------------
 
@@ -298,7 +311,7 @@ def cases() -> Iterator[Case]:
         lambda: mov_with_chan(
             pyav_file(channel_signals(2), RATE, "mov", "pcm_s16le", "stereo"), list(range(1, 13))
         ),
-        "any",
+        "mean",  # FFmpeg ignores a chan box of another channel count
         2,
     )
 
@@ -469,7 +482,9 @@ def _child(folder: Path, todo: list[Path], valgrind: bool, decoder: str) -> tupl
     if valgrind:
         # Python's own start-up reads uninitialised memory by design: only invalid
         # reads, writes and frees count (--undef-value-errors=no).
-        command = [*VALGRIND, *command]
+        suppressions = folder / "valgrind.supp"
+        suppressions.write_text(VALGRIND_SUPPRESSIONS)
+        command = [*VALGRIND, f"--suppressions={suppressions}", *command]
         env["PYTHONMALLOC"] = "malloc"
     proc = subprocess.run(
         command,
@@ -573,20 +588,23 @@ def main(argv: list[str] | None = None) -> int:
     problems = report.wrong()
     print(f"{len(report.outcomes)} cases, {len(problems)} wrong", flush=True)
     rng = np.random.default_rng(args.seed)
-    mutants = [
-        Case(f"{case.name}~{i}", lambda d=data: d, "any", case.channels)
-        for case in chosen
-        if case.build is not None and case.expect != "refused"
-        for i, data in enumerate(_safe_mutations(case, rng, args.rounds))
-    ]
-    mutant_report = run(mutants, valgrind=args.valgrind, decoder=args.decoder)
-    problems += mutant_report.wrong()
-    print(f"{len(mutant_report.outcomes)} mutants, {len(mutant_report.crashes())} crashed")
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
+    sources = [c for c in chosen if c.build is not None and c.expect != "refused"]
+    mutated = crashed = 0
+    for start in range(0, len(sources), 20):  # 20 cases' mutants at a time: bounded memory
+        mutants = [
+            Case(f"{case.name}~{i}", lambda d=data: d, "any", case.channels)
+            for case in sources[start : start + 20]
+            for i, data in enumerate(_safe_mutations(case, rng, args.rounds))
+        ]
+        mutant_report = run(mutants, valgrind=args.valgrind, decoder=args.decoder)
+        problems += mutant_report.wrong()
+        mutated += len(mutant_report.outcomes)
+        crashed += len(mutant_report.crashes())
         for outcome in mutant_report.outcomes:
-            if outcome.crashed and outcome.case.build is not None:
+            if args.keep and outcome.crashed and outcome.case.build is not None:
+                args.keep.mkdir(parents=True, exist_ok=True)
                 (args.keep / f"{outcome.case.name}.bin").write_bytes(outcome.case.build())
+    print(f"{mutated} mutants, {crashed} crashed")
     for line in problems:
         print(line)
     return 1 if problems else 0
