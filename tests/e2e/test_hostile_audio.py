@@ -6,8 +6,9 @@ Before the fix, an 8-channel WAV, FLAC or Ogg Vorbis (any size) sent as
 garbage plane of an 8-plane frame), and a two-channel MOV whose ``chan`` box lists
 its channels out of order killed it with SIGABRT (a double free of the layout's
 channel map), ending every session. Now each is down-mixed to the mean of its
-channels and the request succeeds; more than 8 channels get a 4xx naming the field;
-the process lives and a bystander session still gets audio.
+channels and the request succeeds; more than 8 channels (or too short a clip) get
+a 4xx or a socket error naming the field; the process lives and a bystander
+session, opened before, still gets audio.
 """
 
 from __future__ import annotations
@@ -51,8 +52,14 @@ GOOD = {
         pyav_file(channel_signals(2, 1.2, RATE), RATE, "mov", "pcm_s16le", "stereo"), [2, 1]
     ),
 }
-TOO_MANY = wav_s16(channel_signals(10, 1.2, RATE), RATE)
-TOO_MANY_WORDS = "too many channels (10; at most 8)"
+REFUSED = {
+    # The report's file: 12.8 KB, 8 channels of 50 ms. It crashed before any length check.
+    "wav-8ch-50ms": (wav_s16(channel_signals(8, 0.05, RATE), RATE), "too short (0.05 s; at least"),
+    "wav-10ch": (
+        wav_s16(channel_signals(10, 1.2, RATE), RATE),
+        "too many channels (10; at most 8)",
+    ),
+}
 Outcome = tuple[bool, str]
 """(succeeded, else the error's message)."""
 
@@ -211,9 +218,10 @@ async def test_many_channels_are_down_mixed_on_every_entry_point(
             outcomes[name] = await sent(entry, server, name, audio)
             alive(server)
         assert outcomes == dict.fromkeys(GOOD, (True, "")), outcomes
-        ok, message = await sent(entry, server, "too-many", TOO_MANY)
-        alive(server)
-        assert not ok and message.endswith(TOO_MANY_WORDS), message
+        for name, (audio, words) in REFUSED.items():
+            ok, message = await sent(entry, server, name, audio)
+            alive(server)
+            assert not ok and words in message, (name, message)
         await bystander_speaks(bystander, "b")
     finally:
         await bystander.close()

@@ -296,6 +296,19 @@ def cases() -> Iterator[Case]:
                     "mean",
                     n,
                 )
+        for family in (2, 255) if n in (4, 6, 8) else ():
+            if family == 2 and n == 8:
+                continue  # ambisonic counts are (k + 1)^2, plus 2 at most
+            yield Case(
+                f"webm-opus-family{family}-{n}ch",
+                lambda k=n, lays=layouts[n], f=family: opus_family(
+                    _any_layout(channel_signals(k, SECONDS, 48000), 48000, "webm", "libopus", lays),
+                    f,
+                ),
+                "like",
+                n,
+                48000,
+            )
         for sample in FRAME_FORMATS:
             yield Case(f"frames-{sample}-{n}ch", None, "mean", n, frames=sample)
     for n in (9, 12, 16, 24, 64, 255):
@@ -314,6 +327,15 @@ def cases() -> Iterator[Case]:
         "mean",  # FFmpeg ignores a chan box of another channel count
         2,
     )
+
+
+def opus_family(data: bytes, family: int) -> bytes:
+    """A WebM Opus file with its OpusHead's channel mapping family replaced (2:
+    ambisonic, with 2 extra channels a mask; 255: unordered). WebM has no page CRC."""
+    at = data.find(b"OpusHead")
+    if at < 0:
+        raise ValueError("no OpusHead")
+    return data[: at + 18] + bytes([family]) + data[at + 19 :]
 
 
 def _any_layout(signals: np.ndarray, rate: int, fmt: str, codec: str, layouts: list[str]) -> bytes:
