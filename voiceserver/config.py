@@ -33,7 +33,7 @@ class Limits:
     context_idle_timeout_s: float = 60.0
     """A context that has received no text and sent no audio for this long is ended
     for the client (its buffered text is still spoken, then ``context.done``), with an
-    ``idle_timeout`` warning; it stops counting against ``max_contexts``."""
+    ``idle_timeout`` warning."""
     max_client_share: float = 0.5
     """Share of the engine's context slots one client (an API key, a connect token or
     an address: ``voiceserver.clients``) may hold at once, over all its sockets and

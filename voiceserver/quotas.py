@@ -8,6 +8,7 @@ addresses costs bounded memory.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -16,6 +17,10 @@ from voiceserver.clients import ClientId
 
 PRUNE_AT = 4096
 """Table size that triggers a sweep of entries that carry no information."""
+TARPIT_S = 1.0
+"""Longest wait before a refusal for the rate is answered."""
+TARPIT_PER_CLIENT = 8
+"""Refusals of one client that may wait at once."""
 
 
 @dataclass(slots=True)
@@ -32,13 +37,28 @@ class RateLimiter:
         self.rate = float(rate)
         self.burst = max(float(burst), 1.0)
         self._buckets: dict[ClientId, _Bucket] = {}
+        self._held = ClientCounts(TARPIT_PER_CLIENT)
+
+    async def hold_refusal(self, client: ClientId) -> None:
+        """Wait a moment before a refusal is answered (up to ``TARPIT_S``, no longer than
+        the client has to wait anyway), so a client that retries the moment it is
+        refused retries about once a second instead of a thousand times; only a few of
+        a client's refusals wait at once, the rest are answered at once."""
+        if not self._held.take(client):
+            return
+        try:
+            await asyncio.sleep(min(TARPIT_S, self.retry_after_s(client)))
+        finally:
+            self._held.give(client)
 
     @property
     def enabled(self) -> bool:
         return self.rate > 0
 
     def spend(self, client: ClientId, cost: float = 1.0, now: float | None = None) -> bool:
-        """Take ``cost`` from the client's budget; False (nothing taken) when it lacks it."""
+        """Take ``cost`` from the client's budget; False when it lacks it. A refused
+        message is charged too (down to a debt of one burst), so a client that keeps
+        sending past its budget gets nothing through until it pauses."""
         if not self.enabled:
             return True
         now = time.monotonic() if now is None else now
@@ -51,6 +71,7 @@ class RateLimiter:
             bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) * self.rate)
             bucket.at = now
         if bucket.tokens < cost:
+            bucket.tokens = max(-self.burst, bucket.tokens - cost)
             return False
         bucket.tokens -= cost
         return True

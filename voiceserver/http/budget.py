@@ -35,6 +35,7 @@ class ClientBudget:
             await self.app(scope, receive, send)
             return
         rt.metrics.error("http", str(ErrorCode.RATE_LIMITED))
+        await rt.rates.hold_refusal(client)
         wait = max(1, math.ceil(rt.rates.retry_after_s(client)))
         body = json.dumps(
             {

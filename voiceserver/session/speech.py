@@ -174,6 +174,7 @@ class SpeechSession:
                 CloseCode.POLICY_VIOLATION,
                 ErrorCode.RATE_LIMITED,
                 f"rate_limited: over {limit:g} messages a second past this client's budget",
+                FAREWELL_S,  # a flooder is not waited for as long as a slow reader
             )
             return False
         self.rt.metrics.error("ws", str(ErrorCode.RATE_LIMITED))

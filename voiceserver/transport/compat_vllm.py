@@ -285,6 +285,7 @@ class CompatSession:
             self._drop(
                 CloseCode.POLICY_VIOLATION,
                 f"rate_limited: over {limit:g} messages a second past this client's budget",
+                FAREWELL_S,  # a flooder is not waited for as long as a slow reader
             )
             return False
         kind = _message_type(message["text"]) if message.get("text") is not None else None

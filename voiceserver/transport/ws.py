@@ -88,6 +88,7 @@ async def admit_client(ws: WebSocket, rt: Runtime, endpoint: str) -> ClientId | 
     if rt.rates.spend(client):
         return client
     rt.metrics.error(endpoint, str(ErrorCode.RATE_LIMITED))
+    await rt.rates.hold_refusal(client)
     wait = max(1, math.ceil(rt.rates.retry_after_s(client)))
     await deny_websocket(
         ws,
