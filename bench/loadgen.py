@@ -444,6 +444,7 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
             model=args.spawn_model,
             options=tuple(args.server_option),
             args=tuple(f"--engine={e}" for e in args.server_engine),
+            load_generator=True,
         ) as server:
             yield server.url
     else:

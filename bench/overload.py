@@ -754,7 +754,9 @@ def _target(args: argparse.Namespace) -> Iterator[tuple[str, Path | None]]:
     )
     with contextlib.ExitStack() as stack:
         try:
-            server = stack.enter_context(spawn_server(args.spawn, options=options))
+            server = stack.enter_context(
+                spawn_server(args.spawn, options=options, load_generator=True)
+            )
         except RuntimeError as exc:
             raise SystemExit(f"bench.overload: {exc}") from None
         yield server.url, server.log_path

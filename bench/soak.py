@@ -464,7 +464,7 @@ def _target(
     with contextlib.ExitStack() as stack:
         try:
             server = stack.enter_context(
-                spawn_server(args.spawn, options=tuple(args.server_option))
+                spawn_server(args.spawn, options=tuple(args.server_option), load_generator=True)
             )
         except RuntimeError as exc:
             raise SystemExit(f"bench.soak: {exc}") from None

@@ -15,6 +15,10 @@ from pathlib import Path
 
 from voiceclient.server_info import get_json
 
+LOAD_GENERATOR_LIMITS = ("--limit", "max_client_share=1", "--limit", "max_messages_per_s=0")
+"""Per-client limits lifted for a load generator: every session it opens comes from one
+address, where real users would each be a client of their own."""
+
 
 @dataclass(frozen=True, slots=True)
 class SpawnedServer:
@@ -60,11 +64,14 @@ def spawn_server(
     options: tuple[str, ...] = (),
     args: tuple[str, ...] = (),
     start_timeout_s: float = 300.0,
+    load_generator: bool = False,
 ) -> Iterator[SpawnedServer]:
     """Run ``voiceserver serve --config CONFIG`` (and/or ``--model DIR``, a checkpoint
     directory; without a config the server picks the one that fits it) until /health
     answers; stop it on exit. ``options`` are model options (``--option``); ``args`` go
-    to ``serve`` as they are.
+    to ``serve`` as they are. ``load_generator``: the server's clients are one load
+    generator standing for many users, so the per-client limits (share of the engine,
+    message rate) are lifted (:data:`LOAD_GENERATOR_LIMITS`).
 
     Raises RuntimeError (with the end of the server's log) when it exits early or does
     not become healthy in time.
@@ -81,6 +88,8 @@ def spawn_server(
     command += ["--host", host, "--port", str(port), "--log-level", "warning"]
     for option in options:
         command += ["--option", option]
+    if load_generator:
+        command += list(LOAD_GENERATOR_LIMITS)
     command += list(args)
     log_dir = Path(tempfile.mkdtemp(prefix="voiceserver-bench-"))
     log_path = log_dir / "server.log"

@@ -12,7 +12,7 @@ from bench.measure import Arrival, count_underruns
 from bench.overload import delayed_start, long_text, main, underrun_times
 from bench.texts import SENTENCES
 from tests.serving import RunningServer, run_server
-from voiceserver.config import load_model_config
+from voiceserver.config import Limits, ServerConfig, load_model_config
 
 SMALL = ["--slots", "2", "--sessions", "4", "--words", "40", "--tokens-per-s", "40"]
 SMALL += ["--interval-s", "0.1", "--quiet"]
@@ -89,7 +89,11 @@ def test_spawned_tiny_refuses_exactly_the_sessions_beyond_its_slots(
 
 @pytest.fixture(scope="module")
 def two_slot_server() -> Iterator[RunningServer]:
-    with run_server(load_model_config("tiny", {"max_contexts": 2})) as server:
+    # The load generator is one client standing for many users: no per-client limits.
+    limits = Limits(max_client_share=1, max_messages_per_s=0)
+    with run_server(
+        load_model_config("tiny", {"max_contexts": 2}), ServerConfig(limits=limits)
+    ) as server:
         yield server
 
 

@@ -166,6 +166,8 @@ class EngineClient:
         client = handle.client
         if client is not None and not self.held.take(client):
             self.refused += 1
+            if self.held.cap >= self.engine.scheduler.max_slots:  # it holds every slot
+                raise Overloaded("the engine is at capacity; retry in a moment")
             raise OverShare(
                 f"this client ({client.kind}) already holds {self.held.cap} contexts, its"
                 " share of the engine; end or cancel one first"
