@@ -41,6 +41,9 @@ class ErrorCode(StrEnum):
     ORIGIN_NOT_ALLOWED = "origin_not_allowed"  # a browser page from a foreign origin
     REQUEST_TIMEOUT = "request_timeout"  # an HTTP request body did not arrive in time
     TOKEN_EXPIRED = "token_expired"  # the socket's connect token expired: it finishes, then closes
+    HOST_NOT_ALLOWED = "host_not_allowed"  # HTTP 421: a Host the server does not answer to
+    MISSING_HOST = "missing_host"  # HTTP 400: an HTTP/1.1 request without exactly one Host
+    HEADERS_TOO_LARGE = "headers_too_large"  # HTTP 431: request headers over the limit
 
 
 class CloseCode(IntEnum):

@@ -32,6 +32,10 @@ def test_error_code_values_are_stable():
         "server_shutdown",
         "origin_not_allowed",
         "request_timeout",
+        "token_expired",
+        "host_not_allowed",
+        "missing_host",
+        "headers_too_large",
     }
     assert {c.value for c in ErrorCode} == required
     for code in ErrorCode:

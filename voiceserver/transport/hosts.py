@@ -33,10 +33,12 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from protocol.errors import ErrorCode
+
 log = logging.getLogger(__name__)
 
-HOST_NOT_ALLOWED = "host_not_allowed"
-MISSING_HOST = "missing_host"
+HOST_NOT_ALLOWED = str(ErrorCode.HOST_NOT_ALLOWED)
+MISSING_HOST = str(ErrorCode.MISSING_HOST)
 MISDIRECTED = 421
 _WILDCARD_BINDS = ("", "0.0.0.0", "::", "*")
 _LOGGED_REFUSALS = 32

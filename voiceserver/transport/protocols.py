@@ -45,6 +45,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
 
+from protocol.errors import ErrorCode
 from voiceserver.transport.connection import set_abort
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ parsing must stop (one slice holds at most ~50 of the smallest requests)."""
 LINGER_S = 1.0
 """After a 431, how long the rest of the request is read and dropped before the
 connection closes, so the client reads the answer instead of a reset."""
-HEADERS_TOO_LARGE = "headers_too_large"
+HEADERS_TOO_LARGE = str(ErrorCode.HEADERS_TOO_LARGE)
 
 
 class HeadersTooLarge(Exception):
