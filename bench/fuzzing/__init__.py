@@ -30,6 +30,10 @@ session alongside, and checks:
 5. a session with ``idle_timeout_s: 1e-9`` and an open context does not make the
    server spin (its CPU share, when the caller can read the server's CPU time).
 
+6. floods: a flooder client (its own address) floods one kind of message per barrage,
+   reconnecting when closed; it must be limited (``rate_limited``, 1008, HTTP 429),
+   never closed with 1011, while the bystander stays byte-identical (``flooder``).
+
 Each barrage also sends front-door probes (``http_front``, played by ``http_wire``):
 raw HTTP with drawn Host headers (served, 421, 400), pipelined requests and headers
 around the size limit (431); each must get its answer, in order.
@@ -62,6 +66,7 @@ from bench.fuzzing.facts import ServerFacts, discover
 from bench.fuzzing.report import (
     BYSTANDER_KINDS,
     CLOSE_KINDS,
+    FLOOD_KINDS,
     INPUT_KINDS,
     ORDERING_KINDS,
     SERVER_KINDS,
@@ -75,6 +80,7 @@ from bench.fuzzing.spin import process_cpu_seconds
 __all__ = [
     "BYSTANDER_KINDS",
     "CLOSE_KINDS",
+    "FLOOD_KINDS",
     "INPUT_KINDS",
     "ORDERING_KINDS",
     "SERVER_KINDS",

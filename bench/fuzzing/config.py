@@ -22,3 +22,12 @@ class FuzzConfig:
     spin_window_s: float = 1.0
     cpu_seconds: Callable[[], float] | None = None
     """Cumulative CPU seconds of the server process, for the busy-loop check."""
+    flood: bool = True
+    """A flooder client floods during every barrage (oracle 6)."""
+    flood_source: str | None = "127.0.0.3"
+    """The local address the flooder connects from: a client apart from the bystander
+    and the fuzz sessions (a loopback server answers every 127.x address). None: the
+    default address, shared with the others (they then spend one message budget)."""
+    flood_budget: tuple[float, float] = (500.0, 1000.0)
+    """The server's ``max_messages_per_s`` and ``messages_burst``: a flood of over
+    twice what they allow must have been limited (rate 0: the limit is off)."""

@@ -60,6 +60,7 @@ ORDERING_KINDS = ("ordering",)
 BYSTANDER_KINDS = ("bystander_audio", "bystander_error")
 SERVER_KINDS = ("server_dead", "fresh_session", "connect_failed")
 SPIN_KINDS = ("busy_loop",)
+FLOOD_KINDS = ("flood_close", "flood_refusal", "flood_error", "flood_unlimited")
 
 
 @dataclass
@@ -76,6 +77,8 @@ class FuzzReport:
     bystander: dict[str, Any] = field(default_factory=lambda: {"rounds": 0, "identical": 0})
     server_alive: bool | None = None
     busy_loop: dict[str, Any] = field(default_factory=dict)
+    floods: list[dict[str, Any]] = field(default_factory=list)
+    """What the flooder did in each barrage (``bench.fuzzing.flooder``)."""
     duration_s: float = 0.0
     timings: Counter[str] = field(default_factory=Counter)
     """Seconds spent per phase: prepare, barrage, minimize, finish."""
@@ -108,6 +111,7 @@ class FuzzReport:
             "server_alive": self.server_alive,
             "bystander": self.bystander,
             "busy_loop": self.busy_loop,
+            "floods": self.floods,
             "families": dict(sorted(self.families.items())),
             "findings": [f.to_json() for f in sorted(self.findings.values(), key=_finding_order)],
             "duration_s": round(self.duration_s, 2),

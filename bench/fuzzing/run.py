@@ -14,11 +14,13 @@ import websockets
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from bench.flood import KINDS as FLOODS
 from bench.fuzzing.bystander import compare, speak
 from bench.fuzzing.compat_conn import CompatConn
 from bench.fuzzing.config import FuzzConfig
 from bench.fuzzing.conn import Conn
 from bench.fuzzing.facts import ServerFacts
+from bench.fuzzing.flooder import flood_during
 from bench.fuzzing.http_front import FrontProbe, front_scripts
 from bench.fuzzing.http_wire import play_front
 from bench.fuzzing.liveness import fresh_compat, fresh_native, health
@@ -126,6 +128,12 @@ class Run:
             return
         stop = asyncio.Event()
         bystander = asyncio.create_task(self._bystander_loop(stop))
+        flood = None
+        if self.config.flood:
+            kind = FLOODS[example % len(FLOODS)]
+            rate, burst = self.config.flood_budget
+            source = self.config.flood_source
+            flood = asyncio.create_task(flood_during(self.facts, kind, source, stop, rate, burst))
         sessions = [self._session("ws", f"w{example}x{i}", s) for i, s in enumerate(plan.native)]
         sessions += [
             self._session("stream", f"v{example}x{i}", s) for i, s in enumerate(plan.compat)
@@ -137,6 +145,10 @@ class Run:
         finally:
             stop.set()
             await bystander
+            if flood is not None:
+                summary, found = await flood
+                self.report.floods.append(summary)
+                self.record(found)
         self.report.examples += 1
         middle = time.monotonic()
         await self.minimize_pending()

@@ -18,6 +18,7 @@ import pytest
 from bench.fuzzing import (
     BYSTANDER_KINDS,
     CLOSE_KINDS,
+    FLOOD_KINDS,
     INPUT_KINDS,
     ORDERING_KINDS,
     SERVER_KINDS,
@@ -112,6 +113,16 @@ def test_bystander_audio_is_byte_identical(fuzz_report: FuzzReport) -> None:
 
 def test_protocol_order_holds(fuzz_report: FuzzReport) -> None:
     _clean(fuzz_report, *ORDERING_KINDS)
+
+
+def test_floods_are_limited_and_nobody_else_notices(fuzz_report: FuzzReport) -> None:
+    """A flooder (its own address) floods during every barrage: it is limited, never
+    closed with 1011, and the bystander (checked above) stays byte-identical."""
+    floods = fuzz_report.floods
+    assert len(floods) == fuzz_report.examples
+    assert {f["kind"] for f in floods} == {"text", "create_cancel", "bad_json", "vllm"}
+    assert sum(f["limited"] for f in floods) > 0, floods
+    _clean(fuzz_report, *FLOOD_KINDS)
 
 
 def test_tiny_idle_timeout_does_not_spin(fuzz_report: FuzzReport) -> None:
