@@ -66,9 +66,10 @@ class Limits:
     """Characters of input one POST /v1/audio/speech/batch may hold, all its items
     together (each item also at most ``max_text_chars``); more: 400 ``text_too_long``."""
     max_batch_audio_bytes: int = 64 << 20
-    """Audio one POST /v1/audio/speech/batch may make, all its items together (the
-    files' bytes, before base64); an item that would pass it fails alone with
-    ``message_too_big``."""
+    """Audio one POST /v1/audio/speech/batch may make, all its items together,
+    counted as 16-bit samples at the requested rate as they are made (a WAV or PCM
+    file's size; compressed formats come out smaller, base64 a third larger); an
+    item that would pass it is cut and fails alone with ``message_too_big``."""
     max_client_media_jobs: int = 8
     """Reference-audio work one client may have running at once: URL fetches, and
     the reads and clones of a batch's shared reference or of an uploaded voice; more

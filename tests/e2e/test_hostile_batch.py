@@ -202,8 +202,43 @@ def test_items_past_the_audio_bound_fail_alone_and_the_answer_streams(
         bad = [r for r in out["results"] if r["status"] == "error"]
         assert good and bad, [r["status"] for r in out["results"]]
         made = sum(len(base64.b64decode(r["audio_data"])) for r in good)
-        assert made <= AUDIO_CAP
+        assert made <= AUDIO_CAP + 44 * len(good)  # 16-bit samples, plus each WAV header
         for result in bad:
             assert result["code"] == "message_too_big", result
             assert "max_batch_audio_bytes" in result["error"]
             assert result["audio_data"] is None
+
+
+def test_a_big_batch_leaves_room_for_a_bystander(checkpoint: Path, tmp_path: Path) -> None:
+    """Before: the batch's items took every engine slot they could (the rest failed
+    'the engine is at capacity') and a bystander got 503 meanwhile. Now the batch runs
+    within its client's share and its other items wait their turn."""
+    keys = ("--api-key", "batcher", "--api-key", "bystander")
+    with spawn(checkpoint, tmp_path, *keys) as running, ThreadPoolExecutor(1) as pool:
+        body = {
+            "ref_audio": REF_B64,
+            "x_vector_only_mode": True,
+            "response_format": "pcm",
+            "items": [{"input": "A sentence long enough to keep a slot busy a while."}] * ITEMS,
+            "temperature": 0,
+        }
+        batch = pool.submit(
+            httpx.post,
+            running.http + "/v1/audio/speech/batch",
+            json=body,
+            headers={"authorization": "Bearer batcher"},
+            timeout=300,
+        )
+        time.sleep(1.0)
+        assert not batch.done()
+        speech = {"input": "Hello.", "ref_audio": REF_B64, "x_vector_only_mode": True, **SHORT}
+        reply = httpx.post(
+            running.http + "/v1/audio/speech",
+            json={**speech, "response_format": "pcm"},
+            headers={"authorization": "Bearer bystander"},
+            timeout=60,
+        )
+        assert reply.status_code == 200, reply.text[:300]
+        assert not batch.done()  # the bystander was served while the batch ran
+        out = batch.result().json()
+        assert out["succeeded"] == ITEMS, [r["error"] for r in out["results"] if r["error"]][:3]

@@ -44,8 +44,8 @@ import base64
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import replace
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -81,6 +81,7 @@ from voiceserver.http.speech import (
     synthesize,
     takes_ref_audio,
 )
+from voiceserver.logs import Throttled
 from voiceserver.media import check_shape
 from voiceserver.names import is_openai_model
 from voiceserver.runtime import Runtime
@@ -88,6 +89,8 @@ from voiceserver.transport.connection import abort_connection
 from voiceserver.voices import speak_as
 
 log = logging.getLogger(__name__)
+_refusals = Throttled(log)
+"""Lines about clients (a batch reader that stopped reading), at a bounded rate."""
 
 DEFAULT_BATCH_FORMAT = "wav"
 ITEM_WAIT_S = 30.0
@@ -134,27 +137,51 @@ def merge_item(defaults: Mapping[str, Any], item: Mapping[str, Any]) -> dict[str
     return merged
 
 
+@dataclass
+class _Result:
+    """One item's JSON object, in pieces of bytes."""
+
+    pieces: list[bytes]
+    succeeded: bool
+
+
 class _AudioBudget:
-    """The batch's audio bytes, all items together, against ``max_batch_audio_bytes``."""
+    """The batch's audio bytes, all items together, against ``max_batch_audio_bytes``.
+    An item that fails (the one that would pass the limit among them) gives back what
+    it held, so the items still running can finish within the limit."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.spent = 0
 
-    def spender(self, index: int) -> Callable[[int], None]:
-        def spend(size: int) -> None:
-            self.spent += size
-            if self.spent > self.limit:
-                raise ApiError(
-                    413,
-                    f"items[{index}]: the batch's audio passed {self.limit} bytes, all items"
-                    " together (max_batch_audio_bytes); ask for fewer or shorter items, or a"
-                    " compressed response_format",
-                    param="items",
-                    code=ErrorCode.MESSAGE_TOO_BIG,
-                )
+    def item(self, index: int) -> _ItemBudget:
+        return _ItemBudget(self, index)
 
-        return spend
+
+class _ItemBudget:
+    def __init__(self, batch: _AudioBudget, index: int) -> None:
+        self.batch = batch
+        self.index = index
+        self.held = 0
+
+    def spend(self, size: int) -> None:
+        batch = self.batch
+        if batch.spent + size > batch.limit:
+            raise ApiError(
+                413,
+                f"items[{self.index}]: the batch's audio passed {batch.limit} bytes, all items"
+                " together (max_batch_audio_bytes, counted as 16-bit samples at the"
+                " sample_rate asked for); ask for fewer or shorter items, or a lower"
+                " sample_rate",
+                param="items",
+                code=ErrorCode.MESSAGE_TOO_BIG,
+            )
+        batch.spent += size
+        self.held += size
+
+    def refund(self) -> None:
+        self.batch.spent -= self.held
+        self.held = 0
 
 
 class _Batch:
@@ -172,7 +199,7 @@ class _Batch:
         self.slots = asyncio.Semaphore(max(1, rt.client.held.cap))
         self._voices: dict[tuple[Any, ...], asyncio.Task[Any]] = {}
 
-    async def results(self) -> AsyncIterator[dict[str, Any]]:
+    async def results(self) -> AsyncIterator[_Result]:
         """Every item's result, in index order (items run concurrently)."""
         tasks = [
             asyncio.ensure_future(self._run(index, item)) for index, item in enumerate(self.items)
@@ -185,7 +212,7 @@ class _Batch:
                 task.cancel()
             await asyncio.gather(*tasks, *self._voices.values(), return_exceptions=True)
 
-    async def _run(self, index: int, item: Mapping[str, Any]) -> dict[str, Any]:
+    async def _run(self, index: int, item: Mapping[str, Any]) -> _Result:
         try:
             merged = merge_item(self.body, item)
             check_shape(merged.get("ref_audio"))
@@ -196,16 +223,19 @@ class _Batch:
             return _failed(index, from_model_error(err))
         except ApiError as err:
             return _failed(index, err)
-        return {
+        fields = {
             "index": index,
             "status": "success",
-            "audio_data": base64.b64encode(audio).decode("ascii"),
             "media_type": media_type(request.response_format, whole=True),
             "error": None,
             "param": None,
             "code": None,
             "usage": usage,
         }
+        # The audio goes out as base64 bytes of its own: no JSON encoding (and copy) of
+        # megabytes of text; the raw file is freed as soon as it is encoded.
+        rest = b"," + _json(fields)[1:]
+        return _Result([b'{"audio_data":"', base64.b64encode(audio), b'"', rest], True)
 
     async def _with_shared_voice(self, request: SpeechRequest) -> SpeechRequest:
         """The request speaking with its reference cloned once per batch, when its
@@ -232,21 +262,24 @@ class _Batch:
     async def _synthesize(self, index: int, request: SpeechRequest) -> tuple[bytes, Any]:
         """One whole file, waiting (up to ``ITEM_WAIT_S``) for room on the engine."""
         pause, waited = _RETRY_S[0], 0.0
-        spend = self.budget.spender(index)
+        budget = self.budget.item(index)
         async with self.slots:
             while True:
                 try:
-                    return await synthesize(self.rt, request, "batch", self.client, spend)
-                except ApiError as err:
-                    if err.retry_after is None or waited >= ITEM_WAIT_S:
+                    return await synthesize(self.rt, request, "batch", self.client, budget.spend)
+                except BaseException as err:
+                    budget.refund()
+                    if not isinstance(err, ApiError) or err.retry_after is None:
+                        raise
+                    if waited >= ITEM_WAIT_S:
                         raise
                 await asyncio.sleep(pause)
                 waited += pause
                 pause = min(pause * 2, _RETRY_S[1])
 
 
-def _failed(index: int, err: ApiError) -> dict[str, Any]:
-    return {
+def _failed(index: int, err: ApiError) -> _Result:
+    fields = {
         "index": index,
         "status": "error",
         "audio_data": None,
@@ -256,17 +289,26 @@ def _failed(index: int, err: ApiError) -> dict[str, Any]:
         "code": err.code,
         "usage": None,
     }
+    return _Result([_json(fields)], False)
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 async def _body(batch: _Batch) -> AsyncIterator[bytes]:
-    yield b'{"id":' + json.dumps(batch.id).encode() + b',"results":['
+    yield b'{"id":' + _json(batch.id) + b',"results":['
     succeeded = count = 0
     async for result in batch.results():
-        yield (b"," if count else b"") + json.dumps(result, separators=(",", ":")).encode()
+        if count:
+            yield b","
+        for piece in result.pieces:
+            yield piece
         count += 1
-        succeeded += result["status"] == "success"
+        succeeded += result.succeeded
+        del result
     counts = {"total": count, "succeeded": succeeded, "failed": count - succeeded}
-    yield b"]," + json.dumps(counts, separators=(",", ":")).encode()[1:]
+    yield b"]," + _json(counts)[1:]
 
 
 class _SlowClient(Exception):
@@ -297,7 +339,12 @@ class BatchResponse(StreamingResponse):
         try:
             await super().__call__(scope, receive, send_within)
         except _SlowClient:
-            log.info("dropped a batch client that read nothing for %g s", deadline)
+            _refusals.log(
+                logging.INFO,
+                "slow_reader",
+                "dropped a batch client that read nothing for %g s",
+                deadline,
+            )
             self._rt.metrics.error("batch", str(ErrorCode.SLOW_READER))
         except (ClientDisconnect, OSError):
             pass  # the client left: its items were cancelled

@@ -507,13 +507,17 @@ class SpeechStream:
             self.close()
             raise
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self, on_samples: Callable[[int], None] | None = None) -> AsyncIterator[bytes]:
         """The file's bytes as they are encoded, ending with the file's end.
-        Raises ApiError if the engine fails midway."""
+        Raises ApiError if the engine fails midway. ``on_samples`` is told how many
+        (model-rate) samples each chunk holds before it is encoded, and may raise
+        ApiError to stop the file there."""
         assert self._events is not None and self._output is not None, "start() first"
         output, chunk = self._output, self._first
         try:
             while chunk is not None:
+                if on_samples is not None:
+                    on_samples(len(chunk.pcm))
                 data = b"".join(await output.feed(chunk.pcm))
                 if data:
                     yield data
@@ -550,16 +554,20 @@ async def synthesize(
     spend: Callable[[int], None] | None = None,
 ) -> tuple[bytes, dict[str, int]]:
     """The whole file and its usage (for the batch endpoint). ``spend`` is told the
-    size of every piece as it is made and may raise (ApiError) to stop the file."""
+    bytes of 16-bit audio at the requested rate that each chunk adds, before it is
+    encoded (a whole file's encoder holds that much until the end), and may raise
+    ApiError to stop the file."""
     stream = SpeechStream(rt, request, endpoint, client)
+    scale = 2 * request.sample_rate / rt.model.capabilities.sample_rate
+
+    def on_samples(samples: int) -> None:
+        if spend is not None:
+            spend(math.ceil(samples * scale))
+
     try:
         await stream.start()
-        parts = []
-        async for part in stream.chunks():
-            if spend is not None:
-                spend(len(part))
-            parts.append(part)
-        return b"".join(parts), stream.usage()
+        data = b"".join([part async for part in stream.chunks(on_samples)])
+        return data, stream.usage()
     finally:
         stream.close()
 
