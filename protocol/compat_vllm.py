@@ -60,7 +60,7 @@ from msgspec import Meta
 
 from protocol.codec import decode_tagged, encode_message, message_tags
 from protocol.errors import ProtocolError
-from protocol.messages import RefText, Speed
+from protocol.messages import LongText, Name, RefText, Speed
 
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
@@ -84,12 +84,12 @@ class _VllmClient(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, o
 
 
 class VllmSessionConfig(_VllmClient, tag="session.config"):
-    model: str | None = None
-    voice: str | None = None
-    speaker: str | None = None  # vllm-omni's alias of `voice`
+    model: Name | None = None
+    voice: Name | None = None
+    speaker: Name | None = None  # vllm-omni's alias of `voice`
     task_type: TaskType | None = None
-    language: str | None = None
-    instructions: str | None = None
+    language: Name | None = None
+    instructions: LongText | None = None
     response_format: ResponseFormat = "wav"
     speed: Speed | None = 1.0
     max_new_tokens: Annotated[int, Meta(ge=1, le=2**63 - 1)] | None = None

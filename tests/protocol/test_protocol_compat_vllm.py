@@ -193,6 +193,20 @@ def test_audio_done_always_carries_total_bytes_and_error():
             ErrorCode.INVALID_FIELD,
             "initial_codec_chunk_frames",
         ),
+        # Names are capped as on the native socket: an error never echoes a megabyte.
+        (json.dumps({"type": "session.config", "speaker": "v" * 257}), "invalid_field", "speaker"),
+        (json.dumps({"type": "session.config", "voice": "v" * 257}), "invalid_field", "voice"),
+        (json.dumps({"type": "session.config", "model": "m" * 257}), "invalid_field", "model"),
+        (
+            json.dumps({"type": "session.config", "language": "l" * 257}),
+            "invalid_field",
+            "language",
+        ),
+        (
+            json.dumps({"type": "session.config", "instructions": "i" * 10_001}),
+            "invalid_field",
+            "instructions",
+        ),
     ],
 )
 def test_client_errors(data, code, param):
