@@ -194,9 +194,21 @@ def test_audio_done_always_carries_total_bytes_and_error():
             "initial_codec_chunk_frames",
         ),
         # Names are capped as on the native socket: an error never echoes a megabyte.
-        (json.dumps({"type": "session.config", "speaker": "v" * 257}), "invalid_field", "speaker"),
-        (json.dumps({"type": "session.config", "voice": "v" * 257}), "invalid_field", "voice"),
-        (json.dumps({"type": "session.config", "model": "m" * 257}), "invalid_field", "model"),
+        (
+            json.dumps({"type": "session.config", "speaker": "v" * 257}),
+            ErrorCode.INVALID_FIELD,
+            "speaker",
+        ),
+        (
+            json.dumps({"type": "session.config", "voice": "v" * 257}),
+            ErrorCode.INVALID_FIELD,
+            "voice",
+        ),
+        (
+            json.dumps({"type": "session.config", "model": "m" * 257}),
+            ErrorCode.INVALID_FIELD,
+            "model",
+        ),
         (
             json.dumps({"type": "session.config", "language": "l" * 257}),
             "invalid_field",
@@ -204,7 +216,7 @@ def test_audio_done_always_carries_total_bytes_and_error():
         ),
         (
             json.dumps({"type": "session.config", "instructions": "i" * 10_001}),
-            "invalid_field",
+            ErrorCode.INVALID_FIELD,
             "instructions",
         ),
     ],
