@@ -211,7 +211,7 @@ def test_audio_done_always_carries_total_bytes_and_error():
         ),
         (
             json.dumps({"type": "session.config", "language": "l" * 257}),
-            "invalid_field",
+            ErrorCode.INVALID_FIELD,
             "language",
         ),
         (
