@@ -14,6 +14,8 @@ closed, when its request goes away), and a client has at most
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import websockets
 
 from bench.spawn import SpawnedServer, spawn_server
 from tests.e2e.dripserver import drip_server, file_server
@@ -148,6 +151,23 @@ def test_a_client_that_leaves_cancels_its_fetch(server: SpawnedServer) -> None:
         assert wait_for(lambda: drip.closed, PROMPT_S), "the fetch went on after its client left"
         assert drip.closed[0] - left < 3
         print(f"fetch socket closed {drip.closed[0] - left:.2f} s after the client left")
+
+
+async def test_a_vllm_socket_that_closes_cancels_its_config_fetch(server: SpawnedServer) -> None:
+    """The vllm-omni socket loads a session.config's reference before it reads on; a
+    close during that load cancels the fetch (before: it ran to its deadline)."""
+    url = server.url.replace("/ws", "/stream")
+    headers = {"authorization": f"Bearer {ATTACKER}"}
+    with drip_server() as drip:
+        async with websockets.connect(url, additional_headers=headers) as ws:
+            config = {"type": "session.config", "ref_audio": drip.url, "ref_text": "words"}
+            await ws.send(json.dumps(config))
+            assert await asyncio.to_thread(wait_for, lambda: drip.opened, PROMPT_S)
+        left = time.monotonic()
+        closed = await asyncio.to_thread(wait_for, lambda: drip.closed, PROMPT_S)
+        assert closed, "the fetch went on after its socket closed"
+        assert drip.closed[0] - left < 3
+        print(f"fetch socket closed {drip.closed[0] - left:.2f} s after the socket closed")
 
 
 def test_sigterm_exits_promptly_while_drips_are_in_flight(checkpoint: Path, tmp_path: Path) -> None:

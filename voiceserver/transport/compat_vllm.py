@@ -51,8 +51,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -95,6 +97,7 @@ from voiceserver.transport.ws import WebSocketPeer, admit_client, refuse_full
 
 log = logging.getLogger(__name__)
 refusals = Throttled(log)
+T = TypeVar("T")
 
 ENDPOINT = "ws_compat"
 CONFIG_TIMEOUT_S = 10.0
@@ -118,6 +121,10 @@ class _Close:
 
 
 _Job = _Sentence | str | _Close
+
+
+class _Gone(Exception):
+    """The client disconnected while the session awaited something else."""
 
 
 class _Kind(msgspec.Struct):
@@ -174,6 +181,8 @@ class CompatSession:
         self.expired = False
         self._refused_at = 0.0
         self._refused = 0
+        self._early: deque[dict[str, Any]] = deque()
+        """Messages read while a config's reference audio loaded, in order."""
         self._peer = WebSocketPeer(ws)
         self.settings: CompatSettings | None = None
         self._segmenter: TextSegmenter | None = None
@@ -246,7 +255,8 @@ class CompatSession:
                     else self.rt.server.limits.idle_timeout_s
                 )
                 try:
-                    message = await asyncio.wait_for(self.ws.receive(), timeout)
+                    message = self._early.popleft() if self._early else None
+                    message = message or await asyncio.wait_for(self.ws.receive(), timeout)
                 except TimeoutError:
                     self._on_timeout()
                     continue
@@ -255,7 +265,10 @@ class CompatSession:
                 if self._closing or not self._within_budget(message):
                     continue
                 if message.get("text") is not None:
-                    await self._on_text(message["text"])
+                    try:
+                        await self._on_text(message["text"])
+                    except _Gone:
+                        return
                 else:
                     self._reject(
                         "binary frames are not accepted; send JSON text messages", "binary frame"
@@ -271,6 +284,26 @@ class CompatSession:
                 await worker
 
     # -- receive side ------------------------------------------------------
+
+    async def _reading(self, work: Awaitable[T]) -> T:
+        """Await ``work`` while the socket is still read: a disconnect cancels it (and
+        raises _Gone); other messages keep their order in ``_early``."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                receive = asyncio.ensure_future(self.ws.receive())
+                await asyncio.wait({task, receive}, return_when=asyncio.FIRST_COMPLETED)
+                if not receive.done():
+                    receive.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    message = await receive
+                    if message["type"] == "websocket.disconnect":
+                        raise _Gone
+                    self._early.append(message)
+                if task.done():
+                    return task.result()
+        finally:
+            task.cancel()
 
     def _within_budget(self, message: dict[str, Any]) -> bool:
         """Spend one message from the client's budget; refuse the message past it."""
@@ -358,7 +391,9 @@ class CompatSession:
             # A path or URL is loaded first (a fetch within its one deadline); messages
             # after this config wait in the socket meanwhile, so their order is kept.
             accepted = any(f.name == "ref_audio" for f in self.rt.model.capabilities.request_fields)
-            ref_audio = await self.rt.media.load(msg.ref_audio, self.client, accepted)
+            ref_audio = await self._reading(
+                self.rt.media.load(msg.ref_audio, self.client, accepted)
+            )
             settings = settings_from_config(self.rt, msg, ref_audio)
         except ModelInputError as exc:
             self.rt.metrics.error(ENDPOINT, exc.code)
