@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fresh-session replays allowed to minimize findings (default 300)",
     )
     parser.add_argument(
+        "--flood-source",
+        default="127.0.0.3",
+        help="local address the flooder connects from (a client apart from the bystander;"
+        " a loopback server answers every 127.x address); 'none': the default address",
+    )
+    parser.add_argument("--no-flood", action="store_true", help="no flooder during the barrages")
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -99,6 +106,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             replay_budget=args.replay_budget,
             cpu_seconds=cpu,
+            flood=not args.no_flood,
+            flood_source=None if args.flood_source == "none" else args.flood_source,
         )
         fuzzer = Fuzzer(facts, config)
         fuzzer.prepare()
