@@ -121,3 +121,20 @@ class ClientCounts:
 
     def __len__(self) -> int:
         return len(self._held)
+
+
+class RefusalWindow:
+    """Refusals of one connection in the current second: a connection that gets more
+    than ``limit`` (it sends twice its budget) is to be closed."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self._since = 0.0
+        self._count = 0
+
+    def refuse(self, now: float) -> bool:
+        """Count one refusal at ``now``; True once the second's refusals pass the limit."""
+        if now - self._since >= 1.0:
+            self._since, self._count = now, 0
+        self._count += 1
+        return self._count > self.limit

@@ -25,6 +25,7 @@ from voiceserver.config import Limits, ServerConfig, load_model_config
 LIMITS = Limits(
     max_contexts=4,
     max_text_chars=20_000,
+    max_batch_text_chars=32 * 20_000,  # the abandoned batch: 32 long items
     max_message_bytes=64 * 1024,
     outbox_max_bytes=2 << 20,
     slow_reader_timeout_s=1.0,

@@ -50,7 +50,7 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from models.base import ModelInputError
 from protocol.errors import ErrorCode
@@ -68,7 +68,9 @@ from voiceserver.http.errors import (
 from voiceserver.http.guard import (
     ClientGone,
     RequestGuard,
+    SlowClient,
     client_gone_response,
+    send_within,
 )
 from voiceserver.http.speech import (
     SpeechRequest,
@@ -85,7 +87,6 @@ from voiceserver.logs import Throttled
 from voiceserver.media import check_shape
 from voiceserver.names import is_openai_model
 from voiceserver.runtime import Runtime
-from voiceserver.transport.connection import abort_connection
 from voiceserver.voices import speak_as
 
 log = logging.getLogger(__name__)
@@ -311,10 +312,6 @@ async def _body(batch: _Batch) -> AsyncIterator[bytes]:
     yield b"]," + _json(counts)[1:]
 
 
-class _SlowClient(Exception):
-    pass
-
-
 class BatchResponse(StreamingResponse):
     """The streamed answer; its request stays registered for shutdown until it ends,
     and a client that stops reading is dropped (``Limits.slow_reader_timeout_s``)."""
@@ -327,18 +324,9 @@ class BatchResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         deadline = self._rt.server.limits.slow_reader_timeout_s
-
-        async def send_within(message: Message) -> None:
-            try:
-                async with asyncio.timeout(deadline):
-                    await send(message)
-            except TimeoutError:
-                abort_connection(scope)
-                raise _SlowClient from None
-
         try:
-            await super().__call__(scope, receive, send_within)
-        except _SlowClient:
+            await super().__call__(scope, receive, send_within(scope, send, deadline))
+        except SlowClient:
             _refusals.log(
                 logging.INFO,
                 "slow_reader",

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Message, Scope, Send
 
 from voiceserver.lifecycle import Lifecycle
 from voiceserver.transport.connection import abort_connection
@@ -84,3 +85,23 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
 
 def client_gone_response() -> Response:
     return Response(status_code=CLIENT_GONE_STATUS)
+
+
+class SlowClient(Exception):
+    """A response chunk could not be sent within the deadline: the client stopped reading."""
+
+
+def send_within(scope: Scope, send: Send, deadline_s: float) -> Send:
+    """``send`` with a deadline on every message: past it the connection is aborted (its
+    unsent bytes dropped) and SlowClient raised, so a streamed body never waits on a
+    client that stopped reading."""
+
+    async def send_or_drop(message: Message) -> None:
+        try:
+            async with asyncio.timeout(deadline_s):
+                await send(message)
+        except TimeoutError:
+            abort_connection(scope)
+            raise SlowClient from None
+
+    return send_or_drop

@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from models.base import ModelInputError, SynthParams
 from protocol.errors import ErrorCode, ProtocolError
@@ -102,8 +102,10 @@ from voiceserver.http.errors import (
 from voiceserver.http.guard import (
     ClientGone,
     RequestGuard,
+    SlowClient,
     cancel_on_disconnect,
     client_gone_response,
+    send_within,
 )
 from voiceserver.names import is_openai_model, openai_voice
 from voiceserver.params import resolve_params
@@ -111,7 +113,6 @@ from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.utterance import Utterance, UtteranceError
 from voiceserver.tasks import TASK_TYPES
-from voiceserver.transport.connection import abort_connection
 
 log = logging.getLogger(__name__)
 
@@ -587,10 +588,6 @@ async def _sse_body(stream: SpeechStream) -> AsyncIterator[bytes]:
     yield sse_event({"type": "speech.audio.done", "usage": stream.usage()})
 
 
-class SlowClient(Exception):
-    """A response chunk could not be sent within the deadline: the client stopped reading."""
-
-
 class SpeechResponse(StreamingResponse):
     """A streamed body that frees its engine context however the response ends
     (finished, failed, the client went away, or stopped reading)."""
@@ -609,17 +606,8 @@ class SpeechResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         deadline = self._stream.rt.server.limits.slow_reader_timeout_s
-
-        async def send_within(message: Message) -> None:
-            try:
-                async with asyncio.timeout(deadline):
-                    await send(message)
-            except TimeoutError:
-                abort_connection(scope)
-                raise SlowClient from None
-
         try:
-            await super().__call__(scope, receive, send_within)
+            await super().__call__(scope, receive, send_within(scope, send, deadline))
         except SlowClient:
             log.info("dropped an HTTP client that read nothing for %g s", deadline)
             self._stream.rt.metrics.error(self._stream.endpoint, str(ErrorCode.SLOW_READER))

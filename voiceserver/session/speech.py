@@ -57,6 +57,7 @@ from voiceserver.engine.client import ContextHandle, Overloaded
 from voiceserver.engine.messages import AudioChunk, ContextFailed, EngineEvent
 from voiceserver.engine.words import TimedWords
 from voiceserver.params import resolve_params
+from voiceserver.quotas import RefusalWindow
 from voiceserver.runtime import Runtime
 from voiceserver.session.context import LiveContext
 from voiceserver.session.outbox import Outbox
@@ -132,9 +133,7 @@ class SpeechSession:
         self.expires_at = expires_at
         self.expired = False
         self._loop = asyncio.get_running_loop()
-        self._refused_at = 0.0
-        self._refused = 0
-        """Messages refused for the rate budget in the second since ``_refused_at``."""
+        self._refusals = RefusalWindow(runtime.server.limits.max_messages_per_s)
         limits = runtime.server.limits
         self._outbox = Outbox(limits.outbox_max_bytes)
         self._send_timeout = limits.slow_reader_timeout_s
@@ -165,11 +164,8 @@ class SpeechSession:
         """Spend one message from the client's budget; refuse the message past it."""
         if self.client is None or self.rt.rates.spend(self.client, now=self.last_activity):
             return True
-        now, limit = self.last_activity, self.rt.server.limits.max_messages_per_s
-        if now - self._refused_at >= 1.0:
-            self._refused_at, self._refused = now, 0
-        self._refused += 1
-        if self._refused > limit:
+        limit = self.rt.server.limits.max_messages_per_s
+        if self._refusals.refuse(self.last_activity):
             self.drop_client(
                 CloseCode.POLICY_VIOLATION,
                 ErrorCode.RATE_LIMITED,

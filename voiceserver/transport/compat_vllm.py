@@ -79,6 +79,7 @@ from protocol.validation import check_text
 from voiceserver.clients import ClientId
 from voiceserver.engine.client import Overloaded
 from voiceserver.logs import Throttled
+from voiceserver.quotas import RefusalWindow
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.peer import FAREWELL_S, PeerGone, say_farewell
@@ -179,8 +180,7 @@ class CompatSession:
         self.expires_at = expires_at
         """When the connect token the socket opened with expires (unix seconds)."""
         self.expired = False
-        self._refused_at = 0.0
-        self._refused = 0
+        self._refusals = RefusalWindow(rt.server.limits.max_messages_per_s)
         self._early: deque[dict[str, Any]] = deque()
         """Messages read while a config's reference audio loaded, in order."""
         self._peer = WebSocketPeer(ws)
@@ -309,12 +309,9 @@ class CompatSession:
         """Spend one message from the client's budget; refuse the message past it."""
         if self.client is None or self.rt.rates.spend(self.client):
             return True
-        now, limit = time.monotonic(), self.rt.server.limits.max_messages_per_s
-        if now - self._refused_at >= 1.0:
-            self._refused_at, self._refused = now, 0
-        self._refused += 1
+        limit = self.rt.server.limits.max_messages_per_s
         self.rt.metrics.error(ENDPOINT, "rate_limited")
-        if self._refused > limit:
+        if self._refusals.refuse(time.monotonic()):
             self._drop(
                 CloseCode.POLICY_VIOLATION,
                 f"rate_limited: over {limit:g} messages a second past this client's budget",
