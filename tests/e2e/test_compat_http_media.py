@@ -5,8 +5,6 @@ non-public addresses are explicitly allowed."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.dripserver import file_server
 from tests.e2e.test_compat_http_tasks import SHORT, reference_wav
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.serving import RunningServer, run_server
@@ -50,30 +49,9 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def audio_url() -> Iterator[str]:
-    """A real HTTP server on loopback serving the reference WAV (and counting GETs)."""
-    body = reference_wav()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            if self.path == "/redirect":
-                self.send_response(302)
-                self.send_header("Location", "/ref.wav")
-                self.end_headers()
-                return
-            self.send_response(200 if self.path == "/ref.wav" else 404)
-            self.send_header("Content-Type", "audio/wav")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    """A real HTTP server on loopback serving the reference WAV."""
+    with file_server(reference_wav()) as served:
+        yield served.url("")
 
 
 def serve(checkpoint: Path, media: MediaConfig) -> Iterator[RunningServer]:

@@ -17,12 +17,12 @@ import select
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.spawn import SpawnedServer, spawn_server
+from tests.e2e.proc import rss_mb
 from tests.e2e.rawhttp import Reader, connect, exchange, head, websocket_handshake
 from voiceserver.config import Limits
 
@@ -41,13 +41,6 @@ MAX_HEADER = Limits().max_header_bytes
 def server() -> Iterator[SpawnedServer]:
     with spawn_server("tiny", args=("--limit", f"slow_reader_timeout_s={SLOW_READER_S}")) as s:
         yield s
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise KeyError("VmRSS")
 
 
 def address(server: SpawnedServer) -> tuple[str, int]:

@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 from bench.spawn import SpawnedServer, spawn_server
+from tests.e2e.proc import rss_mb
 from tests.e2e.test_voices import REF_B64
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from voiceserver.config import Limits
@@ -85,13 +86,6 @@ def server(
     tmp = tmp_path_factory.mktemp("batch")
     with spawn(checkpoint, tmp, "--allowed-local-media-path", str(media)) as running:
         yield running
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise KeyError("VmRSS")
 
 
 class PeakRss:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import av
 import httpx
@@ -27,6 +25,7 @@ import numpy as np
 import pytest
 
 from bench.spawn import SpawnedServer, spawn_server
+from tests.e2e.proc import cpu_s, rss_mb
 from tests.e2e.test_voices import REF_TEXT, REF_WAV
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.wsclient import Client
@@ -68,19 +67,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnedServer]:
     )
     with spawn_server(None, model=ckpt, options=("max_frames=24",), args=args) as running:
         yield running
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise KeyError("VmRSS")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds the process has used (user + system)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def first_audio_s(server: SpawnedServer, voice: str) -> float:
