@@ -424,11 +424,14 @@ def verdict(outcome: Outcome) -> str | None:
             return f"not the mean of the channels: {got.shape} vs {want.shape}, off by {diff}"
         return None
     # Lossy encoders low-pass an LFE channel (AAC 5.1 and 7.1: about 0.8 here).
-    corr = _aligned_correlation(want, got, 4096)
+    corr = aligned_correlation(want, got, 4096)
     return None if corr > 0.7 else f"correlation {corr:.3f} with the mean of the channels"
 
 
-def _aligned_correlation(ref: np.ndarray, got: np.ndarray, max_lag: int) -> float:
+def aligned_correlation(ref: np.ndarray, got: np.ndarray, max_lag: int) -> float:
+    """Correlation of ``got`` with ``ref`` at the best shift within ``max_lag`` samples
+    (lossy codecs add a delay: encoder priming, MP3's decoder delay); 0 when ``got``
+    is less than half as long."""
     if len(got) < len(ref) // 2:
         return 0.0
     size = len(ref) + len(got)

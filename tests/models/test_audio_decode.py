@@ -26,7 +26,14 @@ import pytest
 from models.audio_decode import MAX_CHANNELS, decode_audio
 from models.base import ModelInputError
 from tests.models import audio_fuzz
-from tests.models.audio_fuzz import Case, channel_mean, channel_signals, mov_with_chan, pyav_file
+from tests.models.audio_fuzz import (
+    Case,
+    aligned_correlation,
+    channel_mean,
+    channel_signals,
+    mov_with_chan,
+    pyav_file,
+)
 
 RATE = 48000
 GENERIC = "ref_audio: not decodable audio; send WAV, FLAC, MP3, Ogg (Opus/Vorbis), WebM or M4A/AAC"
@@ -76,18 +83,6 @@ def pcm_wav(samples: np.ndarray, rate: int, channels: int = 1) -> bytes:
         interleaved = np.repeat(samples, channels) if channels > 1 else samples
         w.writeframes((np.clip(interleaved, -1, 1) * 32767).astype("<i2").tobytes())
     return out.getvalue()
-
-
-def aligned_correlation(ref: np.ndarray, got: np.ndarray, max_lag: int) -> float:
-    """Correlation of ``got`` with ``ref`` at the best shift within ``max_lag`` samples
-    (lossy codecs add a delay: encoder priming, MP3's decoder delay)."""
-    size = len(ref) + len(got)
-    cross = np.fft.irfft(np.fft.rfft(got, size) * np.conj(np.fft.rfft(ref, size)), size)
-    lags = np.r_[0 : max_lag + 1, -max_lag:0]
-    lag = int(lags[np.argmax(cross[lags])])
-    a, b = (ref, got[lag:]) if lag >= 0 else (ref[-lag:], got)
-    n = min(len(a), len(b))
-    return float(np.corrcoef(a[:n], b[:n])[0, 1])
 
 
 def refusal(data: bytes, **limits: Any) -> str:
