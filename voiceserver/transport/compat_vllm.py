@@ -633,11 +633,12 @@ def _collect_words(utterance: Utterance, timings: WordTimings) -> None:
 
 async def vllm_speech_stream(ws: WebSocket) -> None:
     rt: Runtime = ws.app.state.runtime
-    admission = await admit_websocket(ws, rt.server.api_keys)
-    if admission is None:
-        return
+    # The budget first: a client that floods upgrades with bad keys is limited too.
     client = await admit_client(ws, rt, ENDPOINT)
     if client is None:
+        return
+    admission = await admit_websocket(ws, rt.server.api_keys)
+    if admission is None:
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
     if rt.engine.full:

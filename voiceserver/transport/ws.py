@@ -104,11 +104,12 @@ async def admit_client(ws: WebSocket, rt: Runtime, endpoint: str) -> ClientId | 
 
 async def speech_websocket(ws: WebSocket) -> None:
     rt: Runtime = ws.app.state.runtime
-    admission = await admit_websocket(ws, rt.server.api_keys)
-    if admission is None:
-        return
+    # The budget first: a client that floods upgrades with bad keys is limited too.
     client = await admit_client(ws, rt, "ws")
     if client is None:
+        return
+    admission = await admit_websocket(ws, rt.server.api_keys)
+    if admission is None:
         return
     try:
         defaults = session_defaults(ws, rt)
