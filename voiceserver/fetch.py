@@ -13,36 +13,30 @@ every address is checked (``voiceserver.public_ip``) before it is dialled, and t
 peer actually reached is checked again; the request carries the URL's host name in
 ``Host`` and in TLS's SNI, and the certificate is verified against that name.
 
-HTTP/1.1 is spoken directly (``Connection: close``): a status line, at most
-``MAX_HEADERS`` header lines of at most ``LINE_LIMIT`` bytes, then a body by
-``Content-Length``, chunked transfer coding or up to the close, never more than
-``MediaConfig.max_bytes``. Every failure is a ModelInputError naming the field.
+Each hop is one httpx request to the checked address (``trust_env`` off: no proxy
+or netrc from the environment; no redirects of its own: each target is checked
+here like the first), its body read raw (``Accept-Encoding: identity``) and never
+past ``MediaConfig.max_bytes``. Every failure is a ModelInputError naming the field.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import re
 import socket
 import ssl
 import threading
 from urllib.parse import quote, urljoin, urlsplit
 
+import httpx
+
 from models.base import ModelInputError
 from voiceserver.config import MediaConfig
 from voiceserver.public_ip import is_public
 
-LINE_LIMIT = 16 << 10
-"""Longest status, header or chunk-size line."""
-MAX_HEADERS = 100
-"""Header (or trailer) lines one answer may have."""
-MAX_INTERIM = 8
-"""Interim (1xx) answers skipped before the real one."""
 REDIRECTS = (301, 302, 303, 307, 308)
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 _QUERY_SAFE = _PATH_SAFE + "?"
-_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 def field_error(field: str, message: str, code: str = "invalid_field") -> ModelInputError:
@@ -112,67 +106,42 @@ class _Target:
         path = quote(parts.path or "/", safe=_PATH_SAFE)
         self.path = path + ("?" + quote(parts.query, safe=_QUERY_SAFE) if parts.query else "")
 
-    def request(self) -> bytes:
+    def url_at(self, address: str) -> str:
+        """The URL with ``address`` (a checked IP) in place of the host name."""
+        host = f"[{address}]" if ":" in address else address
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}{self.path}"
+
+    def headers(self) -> dict[str, str]:
         host = f"[{self.host}]" if ":" in self.host else self.host
         if self.port != (443 if self.tls else 80):
             host += f":{self.port}"
-        return (
-            f"GET {self.path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: voiceserver\r\n"
-            "Accept: */*\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
-        ).encode("ascii")
+        return {
+            "Host": host,
+            "User-Agent": "voiceserver",
+            "Accept": "*/*",
+            "Accept-Encoding": "identity",
+            "Connection": "close",
+        }
 
 
 async def _get(url: str, policy: MediaConfig, field: str) -> tuple[int, str, bytes]:
+    """One hop: its status, its redirect target and, for a 200, its body."""
     target = _Target(url, field)
-    reader, writer = await _connect(target, policy, field)
-    try:
-        writer.write(target.request())
-        await writer.drain()
-        status, headers = await _read_head(reader, field)
-        if status != 200:
-            return status, headers.get("location", ""), b""
-        return 200, "", await _read_body(reader, headers, policy.max_bytes, field)
-    except ModelInputError:
-        raise
-    except asyncio.IncompleteReadError:
-        raise field_error(field, "fetching the URL failed: the server closed early") from None
-    except (OSError, ValueError) as exc:  # ValueError: a line past LINE_LIMIT
-        raise field_error(field, f"fetching the URL failed: {_why(exc)}") from None
-    finally:
-        writer.transport.abort()
-
-
-async def _connect(
-    target: _Target, policy: MediaConfig, field: str
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to an address of the host that the policy allows."""
     if target.literal:
         addresses = [target.host]
     else:
         addresses = await _resolve(target.host, target.port, field)
-    context = ssl.create_default_context() if target.tls else None
     refused = failure = None
     for address in addresses:
         if not policy.allow_private_urls and not is_public(address):
             refused = address
             continue
         try:
-            reader, writer = await asyncio.open_connection(
-                address,
-                target.port,
-                ssl=context,
-                server_hostname=target.host if context is not None else None,
-                limit=LINE_LIMIT,
-            )
-        except OSError as exc:  # ssl.SSLError included
+            return await _get_from(address, target, policy, field)
+        except _Refused as exc:
+            refused = exc.address
+        except httpx.ConnectError as exc:
             failure = exc
-            continue
-        # The peer we reached is what counts, whatever name led there.
-        peer = writer.get_extra_info("peername")
-        if policy.allow_private_urls or (peer and is_public(peer[0])):
-            return reader, writer
-        refused = peer[0] if peer else address
-        writer.transport.abort()
     if refused is not None:
         raise field_error(
             field,
@@ -182,6 +151,61 @@ async def _connect(
         )
     why = f" ({_why(failure)})" if failure is not None else ""
     raise field_error(field, f"could not connect to the URL's host{why}")
+
+
+class _Refused(Exception):
+    """The peer reached is not an address the policy allows."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.address = address
+
+
+async def _get_from(
+    address: str, target: _Target, policy: MediaConfig, field: str
+) -> tuple[int, str, bytes]:
+    """GET ``target`` from ``address``; TLS checks the certificate against its name."""
+    verify = ssl.create_default_context() if target.tls else False
+    transport = httpx.AsyncHTTPTransport(verify=verify, retries=0)
+    async with httpx.AsyncClient(
+        transport=transport, trust_env=False, follow_redirects=False, timeout=None
+    ) as client:
+        extensions = {"sni_hostname": target.host} if target.tls else {}
+        request = client.build_request(
+            "GET", target.url_at(address), headers=target.headers(), extensions=extensions
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.ConnectError:
+            raise
+        except httpx.HTTPError as exc:
+            raise field_error(field, f"fetching the URL failed: {_why(exc)}") from None
+        try:
+            # The peer we reached is what counts, whatever name led there.
+            stream = response.extensions.get("network_stream")
+            peer = stream.get_extra_info("server_addr") if stream is not None else None
+            if not policy.allow_private_urls and not (peer and is_public(peer[0])):
+                raise _Refused(peer[0] if peer else address)
+            if response.status_code != 200:
+                return response.status_code, response.headers.get("location", ""), b""
+            return 200, "", await _read_body(response, policy.max_bytes, field)
+        except httpx.HTTPError as exc:
+            raise field_error(field, f"fetching the URL failed: {_why(exc)}") from None
+        finally:
+            await response.aclose()
+
+
+async def _read_body(response: httpx.Response, max_bytes: int, field: str) -> bytes:
+    too_big = field_error(field, f"the URL's file is larger than {max_bytes} bytes")
+    length = response.headers.get("content-length")
+    if length is not None and length.isascii() and length.isdigit() and int(length) > max_bytes:
+        raise too_big
+    body = bytearray()
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > max_bytes:
+            raise too_big
+    return bytes(body)
 
 
 async def _resolve(host: str, port: int, field: str) -> list[str]:
@@ -216,85 +240,6 @@ async def _resolve(host: str, port: int, field: str) -> list[str]:
     return result
 
 
-async def _read_head(reader: asyncio.StreamReader, field: str) -> tuple[int, dict[str, str]]:
-    """The final answer's status and headers (interim 1xx answers skipped)."""
-    for _ in range(MAX_INTERIM + 1):
-        line = await reader.readline()
-        if not line:
-            raise field_error(field, "fetching the URL failed: the server sent no answer")
-        parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not _is_status(parts[1]):
-            raise field_error(field, "fetching the URL failed: the answer is not HTTP/1.x")
-        status = int(parts[1])
-        headers = await _read_fields(reader, field)
-        if status >= 200:
-            return status, headers
-    raise field_error(field, f"fetching the URL failed: over {MAX_INTERIM} interim answers")
-
-
-def _is_status(token: bytes) -> bool:
-    return len(token) == 3 and token.isdigit()
-
-
-async def _read_fields(reader: asyncio.StreamReader, field: str) -> dict[str, str]:
-    """Header (or trailer) lines up to the blank line, names lower-cased."""
-    fields: dict[str, str] = {}
-    for _ in range(MAX_HEADERS + 1):
-        line = await reader.readline()
-        if line in (b"\r\n", b"\n", b""):
-            return fields
-        name, sep, value = line.decode("latin-1").partition(":")
-        if not sep:
-            raise field_error(field, "fetching the URL failed: a malformed header line")
-        key = name.strip().lower()
-        value = value.strip()
-        if key in fields and key == "content-length" and fields[key] != value:
-            raise field_error(field, "fetching the URL failed: conflicting Content-Length")
-        fields[key] = value
-    raise field_error(field, f"fetching the URL failed: over {MAX_HEADERS} header lines")
-
-
-async def _read_body(
-    reader: asyncio.StreamReader, headers: dict[str, str], max_bytes: int, field: str
-) -> bytes:
-    too_big = field_error(field, f"the URL's file is larger than {max_bytes} bytes")
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return await _read_chunked(reader, max_bytes, too_big, field)
-    length = headers.get("content-length")
-    if length is not None:
-        if not (length.isascii() and length.isdigit()):
-            raise field_error(field, "fetching the URL failed: a malformed Content-Length")
-        if int(length) > max_bytes:
-            raise too_big
-        return await reader.readexactly(int(length))
-    body = bytearray()
-    while chunk := await reader.read(1 << 16):
-        body += chunk
-        if len(body) > max_bytes:
-            raise too_big
-    return bytes(body)
-
-
-async def _read_chunked(
-    reader: asyncio.StreamReader, max_bytes: int, too_big: ModelInputError, field: str
-) -> bytes:
-    body = bytearray()
-    while True:
-        line = await reader.readline()
-        size_text = line.split(b";", 1)[0].strip()
-        if not _HEX.fullmatch(size_text):
-            raise field_error(field, "fetching the URL failed: a malformed chunk size")
-        size = int(size_text, 16)
-        if size == 0:
-            await _read_fields(reader, field)  # trailers
-            return bytes(body)
-        if len(body) + size > max_bytes:
-            raise too_big
-        body += await reader.readexactly(size)
-        if (await reader.readline()).strip():
-            raise field_error(field, "fetching the URL failed: a chunk overran its size")
-
-
 def _ip_literal(host: str) -> bool:
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
@@ -304,10 +249,12 @@ def _ip_literal(host: str) -> bool:
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"its TLS certificate is not valid ({exc.verify_message})"
-    if isinstance(exc, ssl.SSLError):
-        return "the TLS handshake failed"
-    if isinstance(exc, ValueError):
-        return f"a line longer than {LINE_LIMIT} bytes"
+    cause = exc.__cause__ or exc.__context__
+    for err in (exc, cause):
+        if isinstance(err, ssl.SSLCertVerificationError):
+            return f"its TLS certificate is not valid ({err.verify_message})"
+        if isinstance(err, ssl.SSLError):
+            return "the TLS handshake failed"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"the answer is not valid HTTP/1.1 ({str(exc)[:120]})"
     return type(exc).__name__
