@@ -14,7 +14,6 @@ import pytest
 
 from tests.e2e.dripserver import file_server
 from tests.e2e.test_compat_http_tasks import SHORT, reference_wav
-from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.serving import RunningServer, run_server
 from voiceserver.config import MediaConfig, ServerConfig, config_for_checkpoint, with_checkpoint
 
@@ -42,40 +41,36 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("media_ckpt")
-    return build_checkpoint(root / "base", BuildOptions(variant="base", size_name="0b6"))
-
-
-@pytest.fixture(scope="module")
 def audio_url() -> Iterator[str]:
     """A real HTTP server on loopback serving the reference WAV."""
     with file_server(reference_wav()) as served:
         yield served.url("")
 
 
-def serve(checkpoint: Path, media: MediaConfig) -> Iterator[RunningServer]:
-    config = with_checkpoint(config_for_checkpoint(checkpoint, {"max_frames": 40}), checkpoint)
+def serve(base_checkpoint: Path, media: MediaConfig) -> Iterator[RunningServer]:
+    config = with_checkpoint(
+        config_for_checkpoint(base_checkpoint, {"max_frames": 40}), base_checkpoint
+    )
     with run_server(config, ServerConfig(media=media)) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def closed(checkpoint: Path) -> Iterator[RunningServer]:
-    yield from serve(checkpoint, MediaConfig())
+def closed(base_checkpoint: Path) -> Iterator[RunningServer]:
+    yield from serve(base_checkpoint, MediaConfig())
 
 
 @pytest.fixture(scope="module")
-def opened(checkpoint: Path, files: Files) -> Iterator[RunningServer]:
+def opened(base_checkpoint: Path, files: Files) -> Iterator[RunningServer]:
     """Local files from the allowed folder, URLs from public addresses only."""
     yield from serve(
-        checkpoint, MediaConfig(allowed_local_media_path=files.allowed, allow_url_fetch=True)
+        base_checkpoint, MediaConfig(allowed_local_media_path=files.allowed, allow_url_fetch=True)
     )
 
 
 @pytest.fixture(scope="module")
-def private(checkpoint: Path) -> Iterator[RunningServer]:
-    yield from serve(checkpoint, MediaConfig(allow_url_fetch=True, allow_private_urls=True))
+def private(base_checkpoint: Path) -> Iterator[RunningServer]:
+    yield from serve(base_checkpoint, MediaConfig(allow_url_fetch=True, allow_private_urls=True))
 
 
 def clone(server: RunningServer, ref_audio: str) -> httpx.Response:
@@ -141,7 +136,9 @@ def test_urls_are_fetched_when_allowed(
     assert "URL" in refused(clone(private, "ftp://127.0.0.1/ref.wav"))
 
 
-def test_the_cli_flags_reach_the_server(checkpoint: Path, files: Files, tmp_path: Path) -> None:
+def test_the_cli_flags_reach_the_server(
+    base_checkpoint: Path, files: Files, tmp_path: Path
+) -> None:
     """``voiceserver serve --served-model-name ... --allowed-local-media-path ...``."""
     import os
     import socket
@@ -153,7 +150,7 @@ def test_the_cli_flags_reach_the_server(checkpoint: Path, files: Files, tmp_path
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).parent / "voiceserver"
-    args = [str(exe), "serve", "--model", str(checkpoint), "--port", str(port)]
+    args = [str(exe), "serve", "--model", str(base_checkpoint), "--port", str(port)]
     args += ["--served-model-name", "acme/cloner", "--served-model-name", "cloner"]
     args += ["--allowed-local-media-path", str(files.allowed), "--option", "max_frames=40"]
     args += ["--voices-dir", str(tmp_path / "voices"), "--log-level", "warning"]

@@ -33,7 +33,6 @@ import pytest
 from bench.spawn import SpawnedServer, spawn_server
 from tests.e2e.proc import rss_mb
 from tests.e2e.test_voices import REF_B64
-from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from voiceserver.config import Limits
 
 SHORT = {"max_new_tokens": 3, "temperature": 0}
@@ -62,29 +61,23 @@ def big_wav(seconds: float, rate: int = 48_000, channels: int = 4) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("batch_ckpt")
-    return build_checkpoint(root / "base", BuildOptions(variant="base", size_name="0b6"))
-
-
-@pytest.fixture(scope="module")
 def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("media")
     (folder / "big.wav").write_bytes(big_wav(REF_SECONDS))
     return folder
 
 
-def spawn(checkpoint: Path, tmp: Path, *args: str) -> Any:
+def spawn(base_checkpoint: Path, tmp: Path, *args: str) -> Any:
     args = ("--voices-dir", str(tmp / "voices"), *args)
-    return spawn_server(None, model=checkpoint, options=("max_frames=24",), args=args)
+    return spawn_server(None, model=base_checkpoint, options=("max_frames=24",), args=args)
 
 
 @pytest.fixture(scope="module")
 def server(
-    checkpoint: Path, media: Path, tmp_path_factory: pytest.TempPathFactory
+    base_checkpoint: Path, media: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SpawnedServer]:
     tmp = tmp_path_factory.mktemp("batch")
-    with spawn(checkpoint, tmp, "--allowed-local-media-path", str(media)) as running:
+    with spawn(base_checkpoint, tmp, "--allowed-local-media-path", str(media)) as running:
         yield running
 
 
@@ -168,10 +161,12 @@ def test_a_batch_holds_at_most_max_batch_text_chars_in_all(server: SpawnedServer
 
 
 def test_items_past_the_audio_bound_fail_alone_and_the_answer_streams(
-    checkpoint: Path, tmp_path: Path
+    base_checkpoint: Path, tmp_path: Path
 ) -> None:
     items = 8
-    with spawn(checkpoint, tmp_path, "--limit", f"max_batch_audio_bytes={AUDIO_CAP}") as running:
+    with spawn(
+        base_checkpoint, tmp_path, "--limit", f"max_batch_audio_bytes={AUDIO_CAP}"
+    ) as running:
         body = {
             "ref_audio": REF_B64,
             "x_vector_only_mode": True,
@@ -203,12 +198,12 @@ def test_items_past_the_audio_bound_fail_alone_and_the_answer_streams(
             assert result["audio_data"] is None
 
 
-def test_a_big_batch_leaves_room_for_a_bystander(checkpoint: Path, tmp_path: Path) -> None:
+def test_a_big_batch_leaves_room_for_a_bystander(base_checkpoint: Path, tmp_path: Path) -> None:
     """Before: the batch's items took every engine slot they could (the rest failed
     'the engine is at capacity') and a bystander got 503 meanwhile. Now the batch runs
     within its client's share and its other items wait their turn."""
     keys = ("--api-key", "batcher", "--api-key", "bystander")
-    with spawn(checkpoint, tmp_path, *keys) as running, ThreadPoolExecutor(1) as pool:
+    with spawn(base_checkpoint, tmp_path, *keys) as running, ThreadPoolExecutor(1) as pool:
         body = {
             "ref_audio": REF_B64,
             "x_vector_only_mode": True,

@@ -30,7 +30,6 @@ import websockets
 from bench.spawn import SpawnedServer, spawn_server
 from tests.e2e.dripserver import drip_server, file_server
 from tests.e2e.test_voices import REF_WAV
-from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from voiceserver.config import Limits, MediaConfig
 
 ATTACKER, BYSTANDER = "attacker-key", "bystander-key"
@@ -42,21 +41,17 @@ PROMPT_S = 8.0
 SHORT = {"max_new_tokens": 3, "temperature": 0}
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("drip_ckpt")
-    return build_checkpoint(root / "base", BuildOptions(variant="base", size_name="0b6"))
-
-
-def spawn(checkpoint: Path, voices: Path) -> Any:
+def spawn(base_checkpoint: Path, voices: Path) -> Any:
     args = ("--voices-dir", str(voices), "--allow-url-fetch", "--allow-private-url-fetch")
     args += ("--api-key", ATTACKER, "--api-key", BYSTANDER, "--shutdown-timeout", "2")
-    return spawn_server(None, model=checkpoint, options=("max_frames=24",), args=args)
+    return spawn_server(None, model=base_checkpoint, options=("max_frames=24",), args=args)
 
 
 @pytest.fixture(scope="module")
-def server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnedServer]:
-    with spawn(checkpoint, tmp_path_factory.mktemp("voices")) as running:
+def server(
+    base_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SpawnedServer]:
+    with spawn(base_checkpoint, tmp_path_factory.mktemp("voices")) as running:
         yield running
 
 
@@ -170,8 +165,10 @@ async def test_a_vllm_socket_that_closes_cancels_its_config_fetch(server: Spawne
         print(f"fetch socket closed {drip.closed[0] - left:.2f} s after the socket closed")
 
 
-def test_sigterm_exits_promptly_while_drips_are_in_flight(checkpoint: Path, tmp_path: Path) -> None:
-    with spawn(checkpoint, tmp_path) as running, drip_server() as drip:
+def test_sigterm_exits_promptly_while_drips_are_in_flight(
+    base_checkpoint: Path, tmp_path: Path
+) -> None:
+    with spawn(base_checkpoint, tmp_path) as running, drip_server() as drip:
         pool = ThreadPoolExecutor(DRIPS)
         for _ in range(DRIPS):
             pool.submit(speak, running, drip.url, ATTACKER, 60)

@@ -24,7 +24,6 @@ import pytest
 import websockets
 
 from bench.spawn import SpawnedServer, spawn_server
-from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 
 NAN, INF = float("nan"), float("inf")
 SHORT = {"max_new_tokens": 3, "temperature": 0}
@@ -73,22 +72,16 @@ def shapes(allowed: Path) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("shapes_ckpt")
-    return build_checkpoint(root / "base", BuildOptions(variant="base", size_name="0b6"))
-
-
-@pytest.fixture(scope="module")
 def allowed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("allowed")
     (folder / "ref.wav").write_bytes(b"RIFF")
     return folder
 
 
-def spawn(checkpoint: Path, voices: Path, *args: str) -> Any:
+def spawn(base_checkpoint: Path, voices: Path, *args: str) -> Any:
     return spawn_server(
         None,
-        model=checkpoint,
+        model=base_checkpoint,
         options=("max_frames=24",),
         args=("--voices-dir", str(voices), "--allow-url-fetch", *args),
     )
@@ -97,13 +90,13 @@ def spawn(checkpoint: Path, voices: Path, *args: str) -> Any:
 @pytest.fixture(scope="module", params=["closed", "local"])
 def server(
     request: pytest.FixtureRequest,
-    checkpoint: Path,
+    base_checkpoint: Path,
     allowed: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SpawnedServer]:
     voices = tmp_path_factory.mktemp("voices")
     extra = ("--allowed-local-media-path", str(allowed)) if request.param == "local" else ()
-    with spawn(checkpoint, voices, *extra) as running:
+    with spawn(base_checkpoint, voices, *extra) as running:
         yield running
 
 
