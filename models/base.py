@@ -64,17 +64,38 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 class RequestField:
     """A per-request setting a model takes (it arrives as ``SynthParams.extra[name]``).
 
-    Every endpoint maps its request onto a model's fields through one mapper
-    (``voiceserver.params``), which checks each value against its field here, so a
-    range is written once, by the model, and holds everywhere.
+    This is the one declaration of a model option: every endpoint takes it in its
+    ``options`` map (and under the top-level names clients already send) through
+    one mapper (``voiceserver.params``), which checks each value here, and
+    ``session.created`` and ``GET /v1/models`` list it. A name, type, range or
+    default is written once, by the model, and holds everywhere.
     """
 
     name: str
     kind: Literal["number", "integer", "boolean", "string", "numbers", "audio"]
+    """``numbers``: an array of numbers; ``audio``: reference audio, sent as the
+    endpoints' own ``ref_audio`` field (never in ``options``)."""
     low: float | None = None
     high: float | None = None
     low_exclusive: bool = False
     doc: str = ""
+    """One line for clients (listed with the field)."""
+    default: Any = None
+    """What the model uses when a request leaves the field out, as clients see it
+    (None: nothing, or decided per request; ``doc`` then says how)."""
+
+    @property
+    def allowed(self) -> str:
+        """What the field takes, in words: ``an integer from 0 to 100``."""
+        kinds = {
+            "boolean": "true or false",
+            "string": "a string",
+            "numbers": "an array of numbers",
+            "audio": "audio (base64, a data: URI, or a path or URL where allowed)",
+            "integer": "an integer",
+            "number": "a number",
+        }
+        return kinds[self.kind] + self._range()
 
     def check(self, value: Any) -> Any:
         """``value`` as the model takes it; ModelInputError naming the field otherwise."""

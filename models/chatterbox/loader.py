@@ -30,6 +30,7 @@ from models.chatterbox.text import load_text_tokenizer
 from models.chatterbox.vocoder import ChatterboxVocoder
 from models.chatterbox.voice_encoder import load_voice_encoder
 from models.chatterbox.voices import BUILTIN_VOICE, load_builtin
+from models.fields import with_defaults
 
 S3GEN_FILE = "s3gen_meanflow.safetensors"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -102,6 +103,9 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     voices = {BUILTIN_VOICE: builtin} if builtin is not None else {}
     infos = [VoiceInfo(name, "en") for name in voices]
     infos.append(VoiceInfo(CLONE_VOICE, "en", "voice cloned from ref_audio"))
+    sampling = T3Sampling(
+        options.temperature, options.top_k, options.top_p, options.repetition_penalty
+    )
     capabilities = Capabilities(
         family="chatterbox",
         sample_rate=ChatterboxVocoder.sample_rate,
@@ -109,10 +113,14 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         voices=tuple(infos),
         languages=("en",),
         max_frames_per_context=0,
-        request_fields=REQUEST_FIELDS,
-    )
-    sampling = T3Sampling(
-        options.temperature, options.top_k, options.top_p, options.repetition_penalty
+        request_fields=with_defaults(
+            REQUEST_FIELDS,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            repetition_penalty=sampling.repetition_penalty,
+            max_new_tokens=options.max_new_tokens,
+        ),
     )
     runner = ChatterboxRunner(
         t3,

@@ -20,13 +20,11 @@ import numpy as np
 import torch
 
 from models.base import (
-    INT64,
     Capabilities,
     ClonedVoice,
     ModelInputError,
     ModelRunner,
     Prepared,
-    RequestField,
     StepPlan,
     StepResult,
     SynthParams,
@@ -37,6 +35,16 @@ from models.chatterbox.t3 import T3
 from models.chatterbox.t3_slots import T3Slots, Utterance
 from models.chatterbox.text import TextTokenizer, normalize
 from models.chatterbox.vocoder import StreamConditioning
+from models.fields import (
+    MAX_NEW_TOKENS,
+    REF_AUDIO,
+    REF_AUDIO_SAMPLE_RATE,
+    REPETITION_PENALTY,
+    SEED,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+)
 from models.random_draws import key_of
 from models.reference_audio import load_reference_audio
 
@@ -50,16 +58,19 @@ MAX_UTTERANCE_TOKENS = 1001
 """The reference's cap: one token from the prompt, then up to 1,000 more."""
 
 REQUEST_FIELDS = (
-    RequestField("temperature", "number", 0.0, 2.0, doc="0 is greedy decoding"),
-    RequestField("top_k", "integer", 0, 6563, doc="0 keeps every token"),
-    RequestField("top_p", "number", 0.0, 1.0, low_exclusive=True, doc="nucleus sampling"),
-    RequestField("repetition_penalty", "number", 0.0, 10.0, low_exclusive=True),
-    RequestField("seed", "integer", *INT64, doc="reproducible sampling"),
-    RequestField(
-        "max_new_tokens", "integer", 1, MAX_UTTERANCE_TOKENS, doc="cap per utterance (25 a second)"
+    TEMPERATURE,
+    replace(TOP_K, high=6563),
+    TOP_P,
+    REPETITION_PENALTY,
+    SEED,
+    replace(
+        MAX_NEW_TOKENS,
+        high=MAX_UTTERANCE_TOKENS,
+        doc="cap per utterance (25 a second)",
+        default=MAX_UTTERANCE_TOKENS,
     ),
-    RequestField("ref_audio", "audio", doc="audio of a voice to clone (more than 5 s)"),
-    RequestField("ref_audio_sample_rate", "integer", 1, 384000, doc="with raw samples"),
+    replace(REF_AUDIO, doc="audio of a voice to clone (more than 5 s)"),
+    REF_AUDIO_SAMPLE_RATE,
 )
 CLONE_VOICE = "clone"
 """The voice name of a context that brings its own reference audio."""

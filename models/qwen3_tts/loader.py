@@ -206,6 +206,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         options.ref_audio_min_s,
         options.ref_audio_max_s,
     )
+    sampling = sampling_defaults(generation, options)
     capabilities = Capabilities(
         family="qwen3_tts",
         sample_rate=st_cfg.output_sample_rate,
@@ -215,7 +216,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         streaming_text=options.streaming_text,
         supports_instructions=cfg.supports_instructions,
         max_frames_per_context=options.max_frames,
-        request_fields=request_fields(options.max_frames),
+        request_fields=request_fields(options.max_frames, sampling),
     )
     settings = ARSettings(
         max_contexts=options.max_contexts,
@@ -227,7 +228,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         ignore_eos=options.bench_ignore_eos,
         max_frames=options.max_frames,
         streaming_text=options.streaming_text,
-        sampling=sampling_defaults(generation, options),
+        sampling=sampling,
         word_lag_frames=options.word_lag_frames,
         word_frames_per_token=options.word_frames_per_token,
     )

@@ -18,37 +18,62 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models.base import INT64, RequestField
+from models.base import RequestField
+from models.fields import (
+    MAX_NEW_TOKENS,
+    REF_AUDIO,
+    REF_AUDIO_SAMPLE_RATE,
+    REF_TEXT,
+    REPETITION_PENALTY,
+    SEED,
+    SPEAKER_EMBEDDING,
+    STREAMING_TEXT,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    X_VECTOR_ONLY,
+)
 from models.qwen3_tts.sampling import SamplingParams
 
 
-def request_fields(max_frames: int) -> tuple[RequestField, ...]:
-    """What a Qwen3-TTS request may set: every endpoint checks against these."""
-    temperature = {"low": 0.0, "high": 2.0}
-    top_k = {"low": 0, "high": 1 << 20}
-    top_p = {"low": 0.0, "high": 1.0, "low_exclusive": True}
+def request_fields(max_frames: int, sampling: SamplingParams) -> tuple[RequestField, ...]:
+    """What a Qwen3-TTS request may set, with the loaded checkpoint's ``sampling``
+    defaults: every endpoint checks against these, and lists them."""
+    top_k = replace(TOP_K, high=1 << 20, doc="0 keeps every id")
     return (
-        RequestField("temperature", "number", **temperature, doc="0 is greedy decoding"),
-        RequestField("top_k", "integer", **top_k, doc="0 keeps every id"),
-        RequestField("top_p", "number", **top_p, doc="nucleus sampling"),
-        RequestField(
-            "repetition_penalty", "number", 0.0, 10.0, low_exclusive=True, doc="on code 0"
+        replace(TEMPERATURE, default=sampling.temperature),
+        replace(top_k, default=sampling.top_k),
+        replace(TOP_P, default=sampling.top_p),
+        replace(REPETITION_PENALTY, doc="on code 0", default=sampling.repetition_penalty),
+        replace(
+            TEMPERATURE,
+            name="subtalker_temperature",
+            doc="the code predictor's; unset: temperature's when given",
+            default=sampling.subtalker_temperature,
         ),
-        RequestField("subtalker_temperature", "number", **temperature),
-        RequestField("subtalker_top_k", "integer", **top_k),
-        RequestField("subtalker_top_p", "number", **top_p),
-        RequestField("seed", "integer", *INT64, doc="reproducible sampling"),
-        RequestField("max_new_tokens", "integer", 1, max_frames, doc="cap on frames"),
-        RequestField(
-            "streaming_text",
-            "boolean",
+        replace(
+            top_k,
+            name="subtalker_top_k",
+            doc="the code predictor's; unset: top_k's when given",
+            default=sampling.subtalker_top_k,
+        ),
+        replace(
+            TOP_P,
+            name="subtalker_top_p",
+            doc="the code predictor's; unset: top_p's when given",
+            default=sampling.subtalker_top_p,
+        ),
+        replace(SEED, default=sampling.seed),
+        replace(MAX_NEW_TOKENS, high=max_frames, default=max_frames),
+        replace(
+            STREAMING_TEXT,
             doc="false: all text before speaking; unset: the variant's default for whole text",
         ),
-        RequestField("ref_audio", "audio", doc="Base: audio of the voice to clone"),
-        RequestField("ref_audio_sample_rate", "integer", 1, 384000, doc="with raw samples"),
-        RequestField("ref_text", "string", doc="Base: the reference's transcript (ICL)"),
-        RequestField("x_vector_only", "boolean", doc="Base: clone from the x-vector alone"),
-        RequestField("speaker_embedding", "numbers", doc="Base: a precomputed x-vector"),
+        replace(REF_AUDIO, doc="Base: audio of the voice to clone"),
+        REF_AUDIO_SAMPLE_RATE,
+        replace(REF_TEXT, doc="Base: the reference's transcript (ICL)"),
+        replace(X_VECTOR_ONLY, doc="Base: clone from the x-vector alone"),
+        replace(SPEAKER_EMBEDDING, doc="Base: a precomputed x-vector"),
     )
 
 
