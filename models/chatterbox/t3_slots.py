@@ -18,12 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models.chatterbox.sampling import T3Sampling, draw, process
+from models.chatterbox.sampling import T3Sampling, sample
 from models.chatterbox.t3 import T3
-from models.cuda_graphs import BucketGraphs, default_buckets
 from models.kernels.paged_decode import kernel_available
+from models.kit.graphed import GraphedRows
+from models.kit.sampler import KEY_COLUMN, Settings, SlotSampler
+from models.kit.tables import SlotTables
 from models.paged_kv import PagedKVCache
-from models.random_draws import vocab_hash
 from models.upload import upload
 
 BLOCK = 32
@@ -40,6 +41,10 @@ class Utterance:
     text_ids: np.ndarray
     sampling: T3Sampling
     key: int
+
+
+def _settings(p: T3Sampling) -> Settings:
+    return Settings(p.temperature, p.top_k, p.top_p, p.repetition_penalty)
 
 
 class T3Slots:
@@ -69,22 +74,21 @@ class T3Slots:
         )
         self.position = np.zeros(slots + 1, np.int64)
         self.prefix_len = np.zeros(slots + 1, np.int64)
-        # One row more than the slots: the scratch slot padding rows use.
-        dev, vocab, rows = self.device, cfg.speech_vocab, slots + 1
-        self._seen = torch.zeros(rows, vocab, dtype=torch.bool, device=dev)
-        self._settings = torch.zeros(rows, 4, device=dev)
-        self._greedy = torch.zeros(rows, dtype=torch.bool, device=dev)
-        self._key = torch.zeros(rows, dtype=torch.long, device=dev)
-        self._draws = torch.zeros(rows, dtype=torch.long, device=dev)
-        self._hash = vocab_hash(vocab, dev)
-        self._true = torch.ones((), dtype=torch.bool, device=dev)
-        # Padding rows sample too: plain settings keep their (discarded) draws finite.
-        self._settings[slots] = torch.tensor([1.0, 0.0, 1.0, 1.0], device=dev)
-        self.graphs: BucketGraphs | None = None
-        if cuda_graphs and kernel_available(dev):
-            self.graphs = BucketGraphs(self._step, self._padding, default_buckets(slots))
-            with torch.no_grad():
-                self.graphs.capture()
+        vocab = cfg.speech_vocab
+        columns = {**KEY_COLUMN, **SlotSampler.columns("t3", vocab, penalty=True)}
+        self.tables = SlotTables(slots, self.device, columns)
+        self.sampler = SlotSampler(self.tables, "t3", vocab, penalty=True)
+        self._start_speech = torch.full((1,), cfg.start_speech, device=self.device)
+        self.steps = GraphedRows(
+            self._step,
+            (self.cache.scratch_slot, 0, 0),
+            self.device,
+            slots,
+            graphs=cuda_graphs and kernel_available(self.device),
+            split=False,
+        )
+        with torch.no_grad():
+            self.steps.capture()
 
     def release(self, slot: int) -> None:
         """The slot's context is gone: its KV blocks go back to the pool."""
@@ -114,28 +118,21 @@ class T3Slots:
         hidden = self.model(embeds, self.cache, slots, starts, counts)
         self.position[slots] = np.asarray(starts) + np.asarray(counts)
         ids = upload(slots, self.device)
-        s = [u.sampling for u in items]
-        self._settings[ids] = upload(
-            [(p.temperature, p.top_k, p.top_p, p.repetition_penalty) for p in s],
-            self.device,
-            torch.float32,
-        )
-        self._greedy[ids] = upload([p.top_k == 1 for p in s], self.device, torch.bool)
         fresh = [u for u in items if u.prefix is not None]
         if fresh:  # a context's draws go on across its utterances
-            new = upload([u.slot for u in fresh], self.device)
-            self._key[new] = upload([u.key for u in fresh], self.device)
-            self._draws.index_fill_(0, new, 0)  # a Python scalar written in would sync
-        self._seen.index_fill_(0, ids, False)
+            new = [u.slot for u in fresh]
+            self.tables.store(new, {"key": [u.key for u in fresh]})
+            self.tables.reset(new, "t3.draws")
+        self.sampler.set(ids, [_settings(u.sampling) for u in items])
         # The first step's penalty covers the start-of-speech id, as the reference's does.
-        start = torch.full_like(ids, self.model.cfg.start_speech)
-        self._seen.index_put_((ids, start), self._true)
+        self.sampler.forget(ids)
+        self.sampler.mark(ids, self._start_speech.expand(len(items)))
         rows_ix = upload(range(len(items)), self.device)
         last = hidden[rows_ix, upload([c - 1 for c in counts], self.device)]
         out = self._sample(ids, last)
         # From now on the penalty covers only the sampled ids.
-        self._seen.index_fill_(0, ids, False)
-        self._seen.index_put_((ids, out), self._true)
+        self.sampler.forget(ids)
+        self.sampler.mark(ids, out)
         return out
 
     @torch.no_grad()
@@ -145,14 +142,7 @@ class T3Slots:
         self._reserve(slots, positions + 1)
         rows = np.stack((np.asarray(slots), positions, np.asarray(tokens, np.int64)), axis=1)
         self.position[slots] += 1
-        graphs = self.graphs
-        size = graphs.bucket_for(len(rows)) if graphs is not None else None
-        if graphs is None or size is None:
-            return self._step(upload(rows, self.device), int(positions.max()) + 1)
-        padded = np.zeros((size, 3), np.int64)
-        padded[:, 0] = self.cache.scratch_slot
-        padded[: len(rows)] = rows
-        return graphs.replay(upload(padded, self.device))[: len(rows)]
+        return self.steps(rows, max_length=int(positions.max()) + 1)
 
     def _step(self, rows: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         """(slot, position, last token) rows [B, 3] -> each row's next token [B]. What
@@ -162,14 +152,8 @@ class T3Slots:
             self.model.speech_emb(rows[:, 2]), self.cache, slots, positions, max_length
         )
         out = self._sample(slots, hidden)
-        self._seen.index_put_((slots, out), self._true)
+        self.sampler.mark(slots, out)
         return out
-
-    def _padding(self, size: int) -> tuple[torch.Tensor]:
-        """Rows on the scratch slot at position 0 (its scratch KV block)."""
-        rows = np.zeros((size, 3), np.int64)
-        rows[:, 0] = self.cache.scratch_slot
-        return (upload(rows, self.device),)
 
     def _reserve(self, slots: list[int], ends: np.ndarray) -> None:
         failed = self.cache.reserve(list(zip(slots, ends.tolist(), strict=True)))
@@ -177,17 +161,7 @@ class T3Slots:
             raise RuntimeError(f"T3 KV blocks unavailable for slots {failed}")
 
     def _sample(self, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        settings = self._settings[ids]
-        scores = process(
-            self.model.logits(hidden),
-            settings[:, 0],
-            settings[:, 1].long(),
-            settings[:, 2],
-            settings[:, 3],
-            self._seen[ids],
-        )
+        scores = self.model.logits(hidden)
         if self.ignore_stop:  # bench only: random weights stop at random
             scores[:, self.model.cfg.stop_speech] = float("-inf")
-        out = draw(scores, self._greedy[ids], self._key[ids], self._draws[ids], self._hash)
-        self._draws[ids] += 1
-        return out
+        return sample(scores, self.sampler, ids)
