@@ -20,7 +20,12 @@ Client -> server (JSON text frames, field ``type``):
   format other than pcm or a speed other than 1.0; those are capability limits of that
   server, so they are left to ours to decide.
 
-  Our additions and departures (docs/vllm-socket.md says why): ``sample_rate`` (the
+  ``max_new_tokens``, ``seed``, ``x_vector_only_mode`` and ``non_streaming_mode`` are
+  model options: carried as sent, checked by the server against the served model's
+  declaration (``voiceserver.params``), as on every endpoint.
+
+  Our additions and departures (docs/vllm-socket.md says why): ``options`` (the
+  served model's options by name, as on the native socket), ``sample_rate`` (the
   output rate, default 24000 as vllm-omni's Qwen3-TTS and our HTTP ``pcm``),
   ``timestamp_type`` (``"word"`` is another way to ask for ``word_timestamps``, as
   framework plugins do), and ``split_granularity`` left out means ``clause``
@@ -53,14 +58,14 @@ inside one flush.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
 
 from protocol.codec import decode_tagged, encode_message, message_tags
 from protocol.errors import ProtocolError
-from protocol.messages import LongText, Name, RefText, Speed
+from protocol.messages import LongText, Name, Options, RefText, Speed
 
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
@@ -70,7 +75,6 @@ TimestampType = Literal["word", "none"]
 DEFAULT_SPLIT: SplitGranularity = "clause"
 """Our ``split_granularity`` when a config leaves it out (vllm-omni's is ``none``)."""
 
-_INT64 = Meta(ge=-(2**63), le=2**63 - 1)
 _ALLOWED: dict[str, tuple[object, ...]] = {
     "response_format": get_args(ResponseFormat),
     "task_type": get_args(TaskType),
@@ -92,19 +96,20 @@ class VllmSessionConfig(_VllmClient, tag="session.config"):
     instructions: LongText | None = None
     response_format: ResponseFormat = "wav"
     speed: Speed | None = 1.0
-    max_new_tokens: Annotated[int, Meta(ge=1, le=2**63 - 1)] | None = None
+    max_new_tokens: Any = None
     initial_codec_chunk_frames: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
-    non_streaming_mode: bool | None = None
+    non_streaming_mode: Any = None
     ref_audio: str | None = None
     ref_text: RefText | None = None
-    x_vector_only_mode: bool | None = None
+    x_vector_only_mode: Any = None
     speaker_embedding: Annotated[list[float], Meta(max_length=8192)] | None = None
     stream_audio: bool = False
     word_timestamps: bool = False
     timestamp_type: TimestampType | None = None
-    seed: Annotated[int, _INT64] | None = None
+    seed: Any = None
     split_granularity: SplitGranularity | None = None
     sample_rate: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
+    options: Options | None = None
 
     @property
     def effective_voice(self) -> str | None:

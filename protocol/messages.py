@@ -21,7 +21,7 @@ span fields (Opus sample rates, Ogg needs Opus) live in :mod:`protocol.validatio
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -78,13 +78,28 @@ RefText = Annotated[str, Meta(max_length=REF_TEXT_MAX_LEN)]
 Embedding = Annotated[list[float], Meta(max_length=SPEAKER_EMBEDDING_MAX_LEN)]
 DelayMs = Annotated[int, Meta(ge=0, le=MAX_DELAY_MS_MAX)]
 Bitrate = Annotated[int, Meta(ge=6000, le=510000)]
-# Sampling knobs of generative models (extension: optional, ignored by models
-# that do not sample; see docs/protocol-extensions.md).
-Temperature = Annotated[float, Meta(ge=0, le=2)]
-TopP = Annotated[float, Meta(gt=0, le=1)]
-RepetitionPenalty = Annotated[float, Meta(gt=0, le=10)]
-Seed = Annotated[int, Meta(ge=0, le=INT64_MAX)]
-PositiveInt = Annotated[int, Meta(ge=1, le=INT64_MAX)]
+
+# Model options (extension, docs/protocol-extensions.md). Their names, types, ranges
+# and defaults are the served model's (listed in ``session.created``); the protocol
+# only carries them, bounded in size, and the server checks them against the model.
+OPTIONS_MAX = 64
+"""Most entries in one ``options`` object."""
+OptionName = Annotated[str, Meta(min_length=1, max_length=64)]
+Options = Annotated[dict[OptionName, Any], Meta(max_length=OPTIONS_MAX)]
+"""An open map of model options: ``{name: value}``; a null value unsets the name."""
+OPTION_FIELDS: tuple[str, ...] = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "seed",
+    "max_new_tokens",
+    "streaming_text",
+)
+"""Model options that ``session.update`` and ``context.create`` also take as top-level
+fields (their first spelling, kept for the clients that send them); each is an entry
+of ``options`` under the same name."""
+OptionType = Literal["number", "integer", "boolean", "string", "numbers", "audio"]
 
 
 # --- nested objects -------------------------------------------------------------
@@ -118,6 +133,23 @@ class Limits(msgspec.Struct, kw_only=True, frozen=True):
     max_message_bytes: int = 4 * 1024 * 1024
 
 
+class OptionField(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One option the served model takes (``option_fields`` of ``session.created``).
+
+    ``type``: ``number``, ``integer``, ``boolean``, ``string``, ``numbers`` (an array of
+    numbers) or ``audio`` (sent as ``ref_audio``, never in ``options``). The bounds are
+    inclusive unless ``exclusive_minimum``; unset fields are left out.
+    """
+
+    name: str
+    type: OptionType
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    exclusive_minimum: bool = False
+    default: Any = None
+    doc: str = ""
+
+
 class SessionSettings(msgspec.Struct, kw_only=True, frozen=True):
     """The effective session settings (``session`` of session.created/updated).
 
@@ -133,13 +165,16 @@ class SessionSettings(msgspec.Struct, kw_only=True, frozen=True):
     audio_transport: AudioTransport = "binary"
     timestamps: TimestampMode = "none"
     idle_timeout_s: float | None = None
-    temperature: Temperature | None = None
-    top_k: NonNegativeInt | None = None
-    top_p: TopP | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    seed: Seed | None = None
-    max_new_tokens: PositiveInt | None = None
-    streaming_text: bool | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The model options in effect: every one set and not unset since."""
+    # The top-level spellings of OPTION_FIELDS: each shows its entry of ``options``.
+    temperature: Any = None
+    top_k: Any = None
+    top_p: Any = None
+    repetition_penalty: Any = None
+    seed: Any = None
+    max_new_tokens: Any = None
+    streaming_text: Any = None
 
 
 class ContextSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -157,13 +192,8 @@ class ContextSettings(msgspec.Struct, kw_only=True, frozen=True):
     ref_text: str | None = None
     speaker_embedding: list[float] | None = None
     buffer: BufferConfig = msgspec.field(default_factory=BufferConfig)
-    temperature: Temperature | None = None
-    top_k: NonNegativeInt | None = None
-    top_p: TopP | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    seed: Seed | None = None
-    max_new_tokens: PositiveInt | None = None
-    streaming_text: bool | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The session's options, updated by the context's own (top-level spellings included)."""
 
 
 class WordTimestamp(msgspec.Struct, kw_only=True, frozen=True):
@@ -202,13 +232,14 @@ class SessionUpdate(_ClientMessage, tag="session.update"):
     audio_transport: AudioTransport | None = None
     timestamps: TimestampMode | None = None
     idle_timeout_s: IdleSeconds | None = None
-    temperature: Temperature | None = None
-    top_k: NonNegativeInt | None = None
-    top_p: TopP | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    seed: Seed | None = None
-    max_new_tokens: PositiveInt | None = None
-    streaming_text: bool | None = None
+    options: Options | None = None
+    temperature: Any = None
+    top_k: Any = None
+    top_p: Any = None
+    repetition_penalty: Any = None
+    seed: Any = None
+    max_new_tokens: Any = None
+    streaming_text: Any = None
 
 
 class ContextCreate(_ClientMessage, tag="context.create"):
@@ -223,13 +254,14 @@ class ContextCreate(_ClientMessage, tag="context.create"):
     speaker_embedding: Embedding | None = None
     buffer: BufferConfig | None = None
     timestamps: TimestampMode | None = None
-    temperature: Temperature | None = None
-    top_k: NonNegativeInt | None = None
-    top_p: TopP | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    seed: Seed | None = None
-    max_new_tokens: PositiveInt | None = None
-    streaming_text: bool | None = None
+    options: Options | None = None
+    temperature: Any = None
+    top_k: Any = None
+    top_p: Any = None
+    repetition_penalty: Any = None
+    seed: Any = None
+    max_new_tokens: Any = None
+    streaming_text: Any = None
 
 
 class TextAppend(_ClientMessage, tag="text.append"):
@@ -282,11 +314,13 @@ class _ServerMessage(
     pass
 
 
-class SessionCreated(_ServerMessage, tag="session.created"):
+class SessionCreated(_ServerMessage, tag="session.created", omit_defaults=False):
     session_id: str
     protocol_version: int
     session: SessionSettings
     limits: Limits
+    option_fields: list[OptionField] = msgspec.field(default_factory=list)
+    """The options the served model takes (a server that predates them sends none)."""
 
 
 class SessionUpdated(_ServerMessage, tag="session.updated"):

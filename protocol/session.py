@@ -50,6 +50,7 @@ from protocol.events import (
     TextAppended,
 )
 from protocol.messages import (
+    OPTION_FIELDS,
     PROTOCOL_VERSION,
     AudioMessage,
     ClientMessage,
@@ -75,6 +76,7 @@ from protocol.messages import (
     WarningMessage,
     WordTimestamp,
 )
+from protocol.options import ModelOptions
 from protocol.validation import check_output_format
 
 __all__ = ["ClientSession", "ContextState", "ServerSession"]
@@ -89,6 +91,8 @@ class ContextState(StrEnum):
 
 
 _LIVE = frozenset({ContextState.OPEN, ContextState.ENDING})  # count against max_contexts
+# Message fields that are not settings as such (options are merged, not replaced).
+_NOT_SETTINGS = frozenset({"event_id", "context_id", "options", *OPTION_FIELDS})
 
 
 @dataclass(slots=True)
@@ -107,17 +111,24 @@ class ServerSession:
 
     ``defaults`` are the session's starting settings (server config plus query
     parameters); an ``idle_timeout_s`` of None takes ``limits.idle_timeout_s``.
+    ``options``: the served model's options and their check (``protocol.options``).
     Raises ProtocolError if ``defaults.output_format`` is not a valid combination.
     """
 
     def __init__(
-        self, limits: Limits, defaults: SessionSettings, *, finished_memory: int = 1024
+        self,
+        limits: Limits,
+        defaults: SessionSettings,
+        *,
+        finished_memory: int = 1024,
+        options: ModelOptions | None = None,
     ) -> None:
         check_output_format(defaults.output_format)
         if defaults.idle_timeout_s is None:
             defaults = msgspec.structs.replace(defaults, idle_timeout_s=limits.idle_timeout_s)
         self._limits = limits
         self._settings = defaults
+        self._options = options or ModelOptions()
         self._finished_memory = finished_memory
         self._active: dict[str, _Context] = {}
         self._finished: OrderedDict[str, ContextState] = OrderedDict()
@@ -232,11 +243,17 @@ class ServerSession:
                 f"`idle_timeout_s` must be at most {self._limits.idle_timeout_s:g}",
                 param="idle_timeout_s",
             )
+        try:
+            options = self._options.apply(self._settings.options, msg)
+        except ProtocolError as err:
+            return self._reject(msg, err.code, err.message, param=err.param)
         changes = {
             name: value
             for name in msg.__struct_fields__
-            if name != "event_id" and (value := getattr(msg, name)) is not None
+            if name not in _NOT_SETTINGS and (value := getattr(msg, name)) is not None
         }
+        changes["options"] = options
+        changes.update({name: options.get(name) for name in OPTION_FIELDS})
         self._settings = msgspec.structs.replace(self._settings, **changes)
         return [SettingsUpdated(settings=self._settings, event_id=msg.event_id)]
 
@@ -248,11 +265,16 @@ class ServerSession:
                 ErrorCode.CONTEXT_EXISTS,
                 f"context {msg.context_id!r} already exists ({state}); pick another id",
             )
-        overrides = {
+        try:
+            options = self._options.apply(self._settings.options, msg)
+        except ProtocolError as err:
+            return self._reject(msg, err.code, err.message, param=err.param)
+        overrides: dict[str, object] = {
             name: value
             for name in msg.__struct_fields__
-            if name not in ("event_id", "context_id") and (value := getattr(msg, name)) is not None
+            if name not in _NOT_SETTINGS and (value := getattr(msg, name)) is not None
         }
+        overrides["options"] = options
         return self._open(msg, overrides, implicit=False)
 
     def _on_text(self, msg: TextAppend) -> list[Event]:
@@ -453,6 +475,7 @@ class ServerSession:
                 protocol_version=PROTOCOL_VERSION,
                 session=self._settings,
                 limits=self._limits,
+                option_fields=list(self._options.fields),
             )
         )
 

@@ -32,6 +32,7 @@ from models.base import (
     ModelInputError,
     ModelRunner,
     Prepared,
+    RequestField,
     StepPlan,
     StepResult,
     SynthParams,
@@ -65,6 +66,7 @@ class TinyOptions:
 @dataclass
 class TinyPrepared(Prepared):
     voice_index: int = 0
+    tail_frames: int = 0
 
 
 class TinyRunner(ModelRunner):
@@ -106,6 +108,16 @@ class TinyRunner(ModelRunner):
             languages=("en",),
             streaming_text=True,
             max_frames_per_context=options.max_frames_per_context,
+            request_fields=(
+                RequestField(
+                    "tail_frames",
+                    "integer",
+                    0,
+                    100,
+                    doc="frames made after the last byte once the text has ended",
+                    default=options.tail_frames,
+                ),
+            ),
         )
 
     @property
@@ -132,7 +144,8 @@ class TinyRunner(ModelRunner):
 
     def prepare(self, params: SynthParams) -> TinyPrepared:
         self.validate(params)
-        return TinyPrepared(voice_index=self.options.voices.index(params.voice))
+        tail = params.extra.get("tail_frames", self.options.tail_frames)
+        return TinyPrepared(voice_index=self.options.voices.index(params.voice), tail_frames=tail)
 
     def encode_text(self, text: str) -> list[np.ndarray]:
         data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
@@ -161,7 +174,7 @@ class TinyRunner(ModelRunner):
             self.state[slot] = self.voice_embed[admit.prepared.voice_index]
             self.pending[slot].clear()
             self.closed[slot] = False
-            self.tail_left[slot] = self.options.tail_frames
+            self.tail_left[slot] = admit.prepared.tail_frames
             self.active[slot] = True
             self.made[slot] = self.taken[slot] = self.fed[slot] = 0
             self.word_starts[slot].clear()

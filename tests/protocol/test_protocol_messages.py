@@ -212,6 +212,7 @@ def test_required_nullable_and_default_valued_fields_are_always_sent():
         "timestamps": "none",
         "idle_timeout_s": 60.0,
         # Extensions (docs/protocol-extensions.md): spelled out too, null when unset.
+        "options": {},
         "temperature": None,
         "top_k": None,
         "top_p": None,

@@ -73,14 +73,16 @@ from voiceserver.http.guard import (
     send_within,
 )
 from voiceserver.http.speech import (
-    SpeechRequest,
-    normalize_aliases,
-    parse_speech_request,
     read_json_object,
     request_id_of,
     runtime_of,
     shutting_down,
     synthesize,
+)
+from voiceserver.http.speech_request import (
+    SpeechRequest,
+    normalize_aliases,
+    parse_speech_request,
     takes_ref_audio,
 )
 from voiceserver.logs import Throttled

@@ -8,11 +8,13 @@ engine counters go to callers with a key, or to everyone on a server without key
 
 from __future__ import annotations
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from voiceserver.http.errors import ApiError, check_auth, error_response
 from voiceserver.http.speech import request_id_of
+from voiceserver.params import option_fields
 from voiceserver.runtime import Runtime
 from voiceserver.transport.auth import key_ok, offered_key
 
@@ -43,7 +45,8 @@ async def health(request: Request) -> JSONResponse:
 
 async def list_models(request: Request) -> Response:
     """Every name the model answers to, one entry each (as vLLM lists its served
-    names), the first being the primary one; ``root`` is the config name."""
+    names), the first being the primary one; ``root`` is the config name, and
+    ``option_fields`` the model's options (``voiceserver.params``)."""
     rt = _runtime(request)
     try:
         check_auth(request, rt.server.api_keys)
@@ -57,6 +60,8 @@ async def list_models(request: Request) -> Response:
         "languages": list(caps.languages),
         "task_types": list(rt.tasks.tasks),
         "streaming_text": caps.streaming_text,
+        # What `options` takes on every endpoint, as session.created lists it.
+        "option_fields": msgspec.to_builtins(option_fields(caps.request_fields)),
     }
     return JSONResponse(
         {

@@ -1,61 +1,13 @@
 """POST /v1/audio/speech: OpenAI's speech endpoint, streamed, plus vllm-omni's extras.
 
-What clients send (checked against OpenAI's API reference as the ``openai``
-package 3.x documents it, and vllm-omni's ``OpenAICreateSpeechRequest`` at
-commit 0131cb5, ``vllm_omni/entrypoints/openai/protocol/audio.py``):
-
-- OpenAI: ``model`` (required there, optional here: any name the model answers
-  to, see ``voiceserver.names``, or one of OpenAI's ``tts-1``, ``tts-1-hd``,
-  ``gpt-4o-mini-tts``, which mean the served model; an unknown one is a 404),
-  ``input`` (OpenAI caps it at 4096 characters; here
-  ``limits.max_text_chars``), ``voice`` (a name, or ``{"id": name}``; OpenAI's
-  voice names speak in the voice ``ModelConfig.openai_voices`` maps them to,
-  by default the model's default voice),
-  ``instructions``, ``response_format`` (mp3 | opus | aac | flac | wav | pcm,
-  default mp3), ``speed`` (0.25..4.0, default 1.0), ``stream_format``
-  (audio | sse; OpenAI refuses sse only for its older models, not per format).
-- vllm-omni: ``speaker`` (alias of ``voice``), ``sample_rate`` (output rate),
-  ``language`` (any spelling, ``voiceserver.languages``), ``task_type``
-  (CustomVoice | VoiceDesign | Base, checked against the loaded variant by
-  ``voiceserver.params``), ``ref_audio`` (base64 or a data: URI; a path,
-  ``file://`` URI or URL only as ``ServerConfig.media`` allows),
-  ``ref_text``, ``x_vector_only_mode``, ``speaker_embedding``, ``seed``,
-  ``max_new_tokens``, ``non_streaming_mode``, ``initial_codec_chunk_frames``,
-  ``extra_params`` (an object of model-specific settings), ``stream`` (true
-  with no ``stream_format`` selects SSE; false asks for one whole file). Fields vllm-omni does not know are
-  ignored there (pydantic drops them) and here too.
-
-Model-specific extras go into ``SynthParams.extra`` under the names the model
-families read (``x_vector_only_mode`` -> ``x_vector_only``,
-``non_streaming_mode`` -> ``streaming_text`` negated); ``extra_params`` entries
-go there as well, the explicit fields winning. ``initial_codec_chunk_frames``
-is accepted and ignored: chunk sizes are engine configuration here.
-
-A response streams unless ``stream`` is false: then the whole file is sent with
-its length and its true sizes in its header (``voiceserver.audio.whole_file``;
-``aac`` comes as M4A then). ``stream_format=audio`` sends the file's bytes in a
-chunked body as they are encoded; ``sse`` sends
-``data: {"type": "speech.audio.delta", "audio": <base64>}`` events carrying
-the same bytes, then ``data: {"type": "speech.audio.done", "usage":
-{"input_tokens", "output_tokens", "total_tokens"}}`` (OpenAI's event shapes).
-vllm-omni allows SSE only with pcm/wav because its encoders are whole-file;
-ours stream every format, so every format may go over SSE. Usage counts input
-characters as input tokens and generated audio frames as output tokens. A
-failure after the headers went out ends an audio body without its last chunk
-(the client sees a truncated transfer) and an SSE stream with a
-``speech.audio.error`` event (vllm-omni's name) carrying the error object.
-
-What a request asked for that is ignored (a ``voice`` on a variant without
-named voices) comes back in a ``Warning: 299 - "..."`` header and the log.
-Headers are sent once the first audio exists, so errors that the engine finds
-while starting (voice, reference audio) still get a proper status. Every
-response carries ``x-request-id`` (the client's, or a new one).
-
-A client that leaves cancels its context at once, before or after the headers;
-one that stops reading is dropped after ``Limits.slow_reader_timeout_s`` (the
-connection is aborted); a body that does not arrive within
-``Limits.http_body_timeout_s`` gets 408. While the server drains for shutdown,
-new requests get 503 ``server_shutdown``.
+docs/http.md is the reference (fields, streaming, whole files, errors). A body is
+parsed by ``voiceserver.http.speech_request``; this module runs it: an engine
+context whose audio becomes one file's bytes, sent as a chunked body, as SSE
+events, or as one whole file (``stream: false``). Headers go out once the first
+audio exists, so errors the engine finds while starting still get a proper
+status. A client that leaves cancels its context at once; one that stops reading
+is dropped after ``Limits.slow_reader_timeout_s``; a body that does not arrive
+within ``Limits.http_body_timeout_s`` gets 408.
 """
 
 from __future__ import annotations
@@ -67,7 +19,6 @@ import logging
 import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -75,17 +26,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from models.base import ModelInputError, SynthParams
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import INSTRUCTIONS_MAX_LEN, REF_TEXT_MAX_LEN
-from protocol.validation import check_text
-from voiceserver.audio.containers import (
-    DEFAULT_RESPONSE_FORMAT,
-    DEFAULT_SAMPLE_RATE,
-    RESPONSE_FORMATS,
-    SAMPLE_RATES,
-    media_type,
-)
+from protocol.errors import ErrorCode
+from voiceserver.audio.containers import media_type
 from voiceserver.audio.pipeline import make_file_output
 from voiceserver.clients import ClientId
 from voiceserver.engine.client import Overloaded
@@ -96,8 +38,6 @@ from voiceserver.http.errors import (
     check_auth,
     error_response,
     from_engine_failure,
-    from_model_error,
-    invalid,
 )
 from voiceserver.http.guard import (
     ClientGone,
@@ -107,20 +47,15 @@ from voiceserver.http.guard import (
     client_gone_response,
     send_within,
 )
-from voiceserver.names import is_openai_model, openai_voice
-from voiceserver.params import resolve_params
+from voiceserver.http.speech_request import SpeechRequest, load_ref_audio, parse_speech_request
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.utterance import Utterance, UtteranceError
-from voiceserver.tasks import TASK_TYPES
 
 log = logging.getLogger(__name__)
 
-STREAM_FORMATS = ("audio", "sse")
-SPEED_RANGE = (0.25, 4.0)
 MAX_BODY_BYTES = 16 << 20
 """Largest request body (vllm-omni caps reference audio at 10 MB)."""
-_INT64 = (-(1 << 63), (1 << 63) - 1)
 _NO_AUDIO = np.zeros(0, np.float32)
 
 
@@ -176,263 +111,6 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, "the body must be a JSON object", code=ErrorCode.INVALID_JSON)
     return body
-
-
-# -- request fields ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SpeechRequest:
-    """One validated synthesis request."""
-
-    text: str
-    params: SynthParams
-    response_format: str
-    sample_rate: int
-    stream_format: str
-    whole_file: bool = False
-    """One whole file with its true length in its header (``stream: false``,
-    batch items) instead of a stream."""
-    warnings: tuple[str, ...] = ()
-    """What the request asked for that is ignored (sent as ``Warning`` headers)."""
-
-
-class _Fields:
-    """Typed reads of a JSON object; null counts as absent (as in vllm-omni)."""
-
-    def __init__(self, body: Mapping[str, Any]) -> None:
-        self.body = body
-
-    def present(self, key: str) -> bool:
-        return self.body.get(key) is not None
-
-    def string(self, key: str) -> str | None:
-        value = self.body.get(key)
-        if value is not None and not isinstance(value, str):
-            raise invalid(key, f"must be a string, got {_kind(value)}")
-        return value
-
-    def text(self, key: str, limit: int) -> str | None:
-        """A string to be spoken or read by a model: plain text within ``limit`` chars."""
-        value = self.string(key)
-        if value is None:
-            return None
-        if len(value) > limit:
-            raise invalid(
-                key, f"is {len(value)} characters long; at most {limit}", ErrorCode.TEXT_TOO_LONG
-            )
-        try:
-            check_text(value, key)
-        except ProtocolError as err:
-            raise ApiError(400, err.message, param=key, code=err.code) from None
-        return value
-
-    def boolean(self, key: str) -> bool | None:
-        value = self.body.get(key)
-        if value is not None and not isinstance(value, bool):
-            raise invalid(key, f"must be true or false, got {_kind(value)}")
-        return value
-
-    def number(self, key: str, low: float, high: float) -> float | None:
-        value = self.body.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise invalid(key, f"must be a number from {low} to {high}, got {_kind(value)}")
-        if not (math.isfinite(value) and low <= value <= high):
-            raise invalid(key, f"must be from {low} to {high}, got {value}")
-        return float(value)
-
-    def integer(self, key: str, low: int, high: int) -> int | None:
-        value = self.body.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise invalid(key, f"must be an integer, got {_kind(value)}")
-        if not low <= value <= high:
-            raise invalid(key, f"must be from {low} to {high}, got {value}")
-        return value
-
-    def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
-        value = self.string(key)
-        if value is None:
-            return default
-        for option in allowed:
-            if value.lower() == option.lower():
-                return option
-        raise invalid(
-            key,
-            f"{value!r} is not supported; allowed: {', '.join(allowed)}",
-            ErrorCode.UNSUPPORTED_VALUE,
-        )
-
-
-def _kind(value: object) -> str:
-    return {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def normalize_aliases(body: Mapping[str, Any]) -> dict[str, Any]:
-    """vllm-omni's ``speaker`` is ``voice``; OpenAI's ``{"id": ...}`` voice is its id."""
-    out = dict(body)
-    speaker = out.pop("speaker", None)
-    if out.get("voice") is None and speaker is not None:
-        out["voice"] = speaker
-    voice = out.get("voice")
-    if isinstance(voice, dict):
-        if not isinstance(voice.get("id"), str):
-            raise invalid("voice", "a voice object must have a string 'id'")
-        out["voice"] = voice["id"]
-    return out
-
-
-def parse_speech_request(
-    rt: Runtime,
-    body: Mapping[str, Any],
-    default_format: str = DEFAULT_RESPONSE_FORMAT,
-    *,
-    whole_file: bool = False,
-) -> SpeechRequest:
-    """Validate one request body; raises ApiError naming the field and what is allowed.
-    ``whole_file``: the answer is one whole file (batch items), whatever ``stream`` says."""
-    fields = _Fields(normalize_aliases(body))
-    caps = rt.model.capabilities
-    limit = rt.server.limits.max_text_chars
-
-    text = fields.text("input", limit)
-    if text is None:
-        raise ApiError(400, "input: required", param="input", code=ErrorCode.MISSING_FIELD)
-    if not text.strip():
-        raise invalid("input", "must contain text to speak, got an empty string")
-    instructions = fields.text("instructions", INSTRUCTIONS_MAX_LEN)
-
-    response_format = fields.choice("response_format", RESPONSE_FORMATS, default_format)
-    stream = fields.boolean("stream")
-    stream_format = fields.choice("stream_format", STREAM_FORMATS, "sse" if stream else "audio")
-    if stream is False and stream_format == "sse":
-        raise invalid(
-            "stream",
-            "false asks for one whole file, stream_format sse for a stream of events;"
-            " drop one of them",
-        )
-    whole_file = whole_file or stream is False
-    rates = SAMPLE_RATES[response_format]
-    sample_rate = fields.integer("sample_rate", 1, 1 << 30)
-    if sample_rate is None:
-        sample_rate = DEFAULT_SAMPLE_RATE
-    elif sample_rate not in rates:
-        raise invalid(
-            "sample_rate",
-            f"{sample_rate} Hz is not offered for {response_format}; allowed: "
-            + ", ".join(str(r) for r in rates),
-            ErrorCode.UNSUPPORTED_VALUE,
-        )
-    speed = fields.number("speed", *SPEED_RANGE)
-    speed = 1.0 if speed is None else speed
-    if speed != 1.0 and not caps.supports_speed:
-        raise invalid(
-            "speed",
-            f"this model cannot change speed; allowed: 1.0 (got {speed})",
-            ErrorCode.UNSUPPORTED_VALUE,
-        )
-    if fields.boolean("word_timestamps"):
-        raise invalid(
-            "word_timestamps",
-            "not offered over HTTP; use the WebSocket /v1/audio/speech/ws with timestamps: word",
-            ErrorCode.UNSUPPORTED_VALUE,
-        )
-
-    model = fields.string("model")
-    if is_openai_model(model):
-        model = None  # OpenAI's model names mean the served model here
-    voice = fields.string("voice")
-    if voice is not None:
-        names = [v.name for v in caps.voices]
-        by_key = {name.lower(): name for name in names}
-        voice = voice if voice in names else by_key.get(voice.lower(), voice)
-        voice = openai_voice(voice, tuple(names), dict(rt.model_config.openai_voices))
-    task_type = None
-    if fields.present("task_type"):
-        task_type = fields.choice("task_type", TASK_TYPES, "")
-    warnings: list[str] = []
-    try:
-        params = resolve_params(
-            rt,
-            model=model,
-            voice=voice,
-            language=fields.string("language"),
-            speed=speed,
-            instructions=instructions,
-            extra=_model_extras(fields),
-            task_type=task_type,
-            warnings=warnings,
-        )
-    except ModelInputError as err:
-        raise from_model_error(err) from None
-    return SpeechRequest(
-        text, params, response_format, sample_rate, stream_format, whole_file, tuple(warnings)
-    )
-
-
-def takes_ref_audio(rt: Runtime) -> bool:
-    return any(f.name == "ref_audio" for f in rt.model.capabilities.request_fields)
-
-
-async def load_ref_audio(
-    rt: Runtime, body: Mapping[str, Any], client: ClientId | None = None
-) -> Mapping[str, Any]:
-    """``body`` with a ``ref_audio`` path, ``file://`` URI or URL replaced by the
-    file's bytes (within ``ServerConfig.media``, counted against ``client``'s
-    reference-audio jobs); models that take no reference audio never cause a read.
-    A ``ref_audio`` of no usable shape is a 400 naming it."""
-    value = body.get("ref_audio")
-    try:
-        data = await rt.media.load(value, client, takes_ref_audio(rt))
-    except ModelInputError as err:
-        raise from_model_error(err) from None
-    return body if data is value else {**body, "ref_audio": data}
-
-
-# Request fields that name a model setting differently (vllm-omni's), and how.
-_RENAMED = {"x_vector_only_mode": "x_vector_only"}
-_MODEL_KEYS = (
-    "ref_audio",
-    "temperature",
-    "top_k",
-    "top_p",
-    "repetition_penalty",
-    "seed",
-    "max_new_tokens",
-    "speaker_embedding",
-)
-
-
-def _model_extras(fields: _Fields) -> dict[str, Any]:
-    """The request's model settings, gathered under the names models use; their
-    types and ranges are checked against the served model's own fields
-    (``voiceserver.params``), as on every endpoint."""
-    extra: dict[str, Any] = {}
-    extra_params = fields.body.get("extra_params")
-    if extra_params is not None:
-        if not isinstance(extra_params, dict):
-            raise invalid("extra_params", f"must be an object, got {_kind(extra_params)}")
-        extra.update(extra_params)
-    if fields.present("ref_text"):
-        extra["ref_text"] = fields.text("ref_text", REF_TEXT_MAX_LEN)
-    elif extra.get("ref_text") is not None:  # the same cap for one sent in extra_params
-        extra["ref_text"] = _Fields(extra).text("ref_text", REF_TEXT_MAX_LEN)
-    for key in _MODEL_KEYS:
-        if fields.present(key):
-            extra[key] = fields.body[key]
-    for key, name in _RENAMED.items():
-        if fields.present(key):
-            extra[name] = fields.body[key]
-    if fields.present("non_streaming_mode"):
-        extra["streaming_text"] = not fields.boolean("non_streaming_mode")
-    if fields.present("initial_codec_chunk_frames"):
-        fields.integer("initial_codec_chunk_frames", 0, _INT64[1])
-    return extra
 
 
 # -- synthesis -------------------------------------------------------------------

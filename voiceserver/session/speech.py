@@ -68,21 +68,6 @@ from voiceserver.text.words import WordStreamer
 
 log = logging.getLogger(__name__)
 
-# ContextSettings fields handed to the model as SynthParams.extra (voice clone,
-# sampling); a model that has no use for one ignores it.
-EXTRA_FIELDS = (
-    "ref_audio",
-    "ref_text",
-    "speaker_embedding",
-    "temperature",
-    "top_k",
-    "top_p",
-    "repetition_penalty",
-    "seed",
-    "max_new_tokens",
-    "streaming_text",
-)
-
 
 class _Cancelled:
     def __init__(self, ctx: LiveContext) -> None:
@@ -348,9 +333,8 @@ class SpeechSession:
         self._put_text(self.proto.error_message(err))
 
     def _params(self, settings: ContextSettings, warnings: list[str]) -> SynthParams:
-        extra = {
-            name: value for name in EXTRA_FIELDS if (value := getattr(settings, name)) is not None
-        }
+        # The options were checked as they arrived (``params.socket_options``); the
+        # voice-clone fields are context.create's own.
         return resolve_params(
             self.rt,
             model=settings.model,
@@ -358,7 +342,12 @@ class SpeechSession:
             language=settings.language,
             speed=settings.speed,
             instructions=settings.instructions,
-            extra=extra,
+            options=settings.options,
+            extra={
+                "ref_audio": settings.ref_audio,
+                "ref_text": settings.ref_text,
+                "speaker_embedding": settings.speaker_embedding,
+            },
             warnings=warnings,
         )
 

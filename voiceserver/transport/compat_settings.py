@@ -125,14 +125,15 @@ def settings_from_config(
     or URL already replaced by the bytes it names (see ``load_named_media``)."""
     _check_texts(cfg)
     audio = audio_spec(cfg)
+    # vllm-omni's model fields under its own names; voiceserver.params maps and checks them.
     extra: dict[str, Any] = {
         "ref_audio": cfg.ref_audio if ref_audio is None else ref_audio,
         "ref_text": cfg.ref_text,
-        "x_vector_only": cfg.x_vector_only_mode,
+        "x_vector_only_mode": cfg.x_vector_only_mode,
         "speaker_embedding": cfg.speaker_embedding,
         "seed": cfg.seed,
         "max_new_tokens": cfg.max_new_tokens,
-        "streaming_text": None if cfg.non_streaming_mode is None else not cfg.non_streaming_mode,
+        "non_streaming_mode": cfg.non_streaming_mode,
     }
     warnings: list[str] = []
     params = resolve_params(
@@ -142,7 +143,8 @@ def settings_from_config(
         language=cfg.language,
         speed=1.0 if cfg.speed is None else cfg.speed,
         instructions=cfg.instructions,
-        extra={k: v for k, v in extra.items() if v is not None},
+        options=cfg.options,
+        extra=extra,
         task_type=cfg.task_type,
         warnings=warnings,
     )

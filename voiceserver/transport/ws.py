@@ -16,6 +16,7 @@ from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import Limits, SessionSettings
 from protocol.session import ServerSession
 from voiceserver.clients import ClientId, client_of
+from voiceserver.params import socket_options
 from voiceserver.runtime import Runtime
 from voiceserver.session.peer import PeerGone
 from voiceserver.session.speech import SpeechSession
@@ -113,7 +114,8 @@ async def speech_websocket(ws: WebSocket) -> None:
         return
     try:
         defaults = session_defaults(ws, rt)
-        proto = ServerSession(protocol_limits(rt), defaults)
+        options = socket_options(rt.model.capabilities.request_fields)
+        proto = ServerSession(protocol_limits(rt), defaults, options=options)
     except (msgspec.ValidationError, ProtocolError, ValueError) as exc:
         await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
         await ws.close(
