@@ -34,25 +34,31 @@ from models.base import (
     WordFrames,
     word_spans,
 )
-from models.cuda_graphs import BucketGraphs, default_buckets
 from models.kernels.paged_decode import kernel_available
+from models.kit.graphed import GraphedRows
+from models.kit.sampler import (
+    KEY_COLUMN,
+    Rows,
+    Settings,
+    SlotSampler,
+    draw,
+    penalize,
+    scale,
+    top_k,
+    top_p,
+)
+from models.kit.tables import Column, SlotTables
 from models.paged_kv import PagedKVCache
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.context import Phase, Qwen3Context
 from models.qwen3_tts.params import WHOLE_TEXT_STREAMING, RequestSettings, settings_from
 from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
-from models.qwen3_tts.sampling import (
-    RowSettings,
-    SamplingParams,
-    penalize,
-    sample,
-    talker_mask,
-)
+from models.qwen3_tts.sampling import SamplingParams, talker_mask
 from models.qwen3_tts.talker import Talker
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoicePrompt
 from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
-from models.random_draws import key_of, uniform, vocab_hash
+from models.random_draws import key_of
 from models.upload import upload
 
 MIN_NEW_TOKENS = 2
@@ -170,41 +176,43 @@ class Qwen3Runner(ModelRunner):
         self.suppress = talker_mask(vocab, cfg.talker.codec_eos_id, dev)
         if settings.ignore_eos:
             self.suppress[cfg.talker.codec_eos_id] = True
-        self._vocab_hash = vocab_hash(vocab, dev)
-        self._sub_hash = vocab_hash(cfg.talker.predictor_vocab_size, dev)
-        # Per-slot state, read with one gather per step; row `slots` is scratch (the
-        # padding rows of a graph replay read and write it).
-        rows = slots + 1
-        self._seen = torch.zeros(rows, vocab, dtype=torch.bool, device=dev)
-        self._temperature = torch.zeros(rows, device=dev)
-        self._top_k = torch.zeros(rows, dtype=torch.long, device=dev)
-        self._top_p = torch.ones(rows, device=dev)
-        self._penalty = torch.ones(rows, device=dev)
-        self._sub_temperature = torch.zeros(rows, device=dev)
-        self._sub_top_k = torch.zeros(rows, dtype=torch.long, device=dev)
-        self._sub_top_p = torch.ones(rows, device=dev)
-        self._key = torch.zeros(rows, dtype=torch.long, device=dev)
-        self._draws = torch.zeros(rows, dtype=torch.long, device=dev)
-        self._sub_draws = torch.zeros(rows, dtype=torch.long, device=dev)
-        self._hidden = torch.zeros(rows, stack.hidden_size, dtype=self.dtype, device=dev)
-        """Each slot's last talker hidden state (what its next code 0 came from)."""
-        self._code0 = torch.zeros(rows, dtype=torch.long, device=dev)
-        """Each slot's last code 0, as sampled."""
-        self._true = torch.ones((), dtype=torch.bool, device=dev)
-        self.graphs: BucketGraphs | None = None
-        self.prefill_graphs: BucketGraphs | None = None
-        if settings.cuda_graphs and kernel_available(dev):
-            self.graphs = BucketGraphs(self._frame, self._frame_padding, default_buckets(slots))
-            if settings.graph_prefill_rows > 0:
-                self.prefill_graphs = BucketGraphs(
-                    self._prompt_positions,
-                    self._prompt_padding,
-                    default_buckets(settings.graph_prefill_rows),
-                )
-            with torch.no_grad(), without_cudnn_attention():
-                self.graphs.capture()
-                if self.prefill_graphs is not None:
-                    self.prefill_graphs.capture()
+        sub_vocab = cfg.talker.predictor_vocab_size
+        # Per-slot state, read with one gather per step; its scratch row is the padding
+        # rows' (a graph replay's padding reads and writes it).
+        self.tables = SlotTables(
+            slots,
+            dev,
+            {
+                **KEY_COLUMN,
+                **SlotSampler.columns("talker", vocab, penalty=True),
+                **SlotSampler.columns("sub", sub_vocab, penalty=False),
+                # Each slot's last talker hidden state and code 0 (its next frame's start).
+                "hidden": Column(self.dtype, (stack.hidden_size,)),
+                "code0": Column(torch.long),
+            },
+        )
+        self.talker_sampler = SlotSampler(self.tables, "talker", vocab, penalty=True)
+        self.sub_sampler = SlotSampler(
+            self.tables, "sub", sub_vocab, penalty=False, key_xor=_SUBTALKER_KEY
+        )
+        graphs = settings.cuda_graphs and kernel_available(dev)
+        scratch = self.cache.scratch_slot
+        self.frames = GraphedRows(self._frame, (scratch, 0, _PAD_ROW, 0), dev, slots, graphs=graphs)
+        self.prefill: GraphedRows | None = None
+        if graphs and settings.graph_prefill_rows > 0:
+            self.prefill = GraphedRows(
+                self._prompt_positions,
+                (scratch, 0),
+                dev,
+                settings.graph_prefill_rows,
+                graphs=True,
+                extra_padding=self._prompt_padding,
+                split=False,
+            )
+        with torch.no_grad(), without_cudnn_attention():
+            self.frames.capture()
+            if self.prefill is not None:
+                self.prefill.capture()
 
     @property
     def max_slots(self) -> int:
@@ -413,35 +421,12 @@ class Qwen3Runner(ModelRunner):
         self.slots[slot] = ctx
 
     def _store_settings(self, admitted: list[tuple[int, SamplingParams, int]]) -> None:
-        """The admitted slots' sampling settings into the per-slot tensors: two uploads
-        and a copy per tensor (a Python scalar written into a device tensor makes the
-        host wait for the device, once per write)."""
-        dev = self.device
-        slots = upload([slot for slot, _, _ in admitted], dev)
-        floats = upload(
-            [
-                (
-                    p.temperature,
-                    p.top_p,
-                    p.repetition_penalty,
-                    p.subtalker_temperature,
-                    p.subtalker_top_p,
-                )
-                for _, p, _ in admitted
-            ],
-            dev,
-            torch.float32,
-        )
-        ints = upload([(p.top_k, p.subtalker_top_k, key) for _, p, key in admitted], dev)
-        for column, table in enumerate(
-            (self._temperature, self._top_p, self._penalty, self._sub_temperature, self._sub_top_p)
-        ):
-            table.index_copy_(0, slots, floats[:, column])
-        for column, table in enumerate((self._top_k, self._sub_top_k, self._key)):
-            table.index_copy_(0, slots, ints[:, column])
-        self._seen.index_fill_(0, slots, False)
-        self._draws.index_fill_(0, slots, 0)
-        self._sub_draws.index_fill_(0, slots, 0)
+        """The admitted slots' keys and sampling settings into the slot tables (batched:
+        a Python scalar written into a device tensor makes the host wait, per write)."""
+        slots = self.tables.slot_index([slot for slot, _, _ in admitted])
+        self.tables.store(slots, {"key": [key for _, _, key in admitted]})
+        self.talker_sampler.admit(slots, [_talker(p) for _, p, _ in admitted])
+        self.sub_sampler.admit(slots, [_sub(p) for _, p, _ in admitted])
 
     def _set_mode(self, ctx: Qwen3Context, streaming: bool) -> None:
         ctx.spec = replace(ctx.spec, streaming=streaming)
@@ -504,7 +489,7 @@ class Qwen3Runner(ModelRunner):
         """Contexts whose whole frame (residual codes, one talker position, the next
         code 0) can run in the captured graph: decoding, text item known, not ending
         on this frame."""
-        if self.graphs is None:
+        if self.frames.graphs is None:
             return []
         return [
             c
@@ -517,15 +502,12 @@ class Qwen3Runner(ModelRunner):
         ]
 
     def _replay(self, steady: list[Qwen3Context]) -> tuple[list[Qwen3Context], torch.Tensor | None]:
-        """Run the steady contexts' frames as graph replays (the largest bucket at a
-        time); the host side of each frame is done here, the device's comes back
-        with the step's copy."""
-        assert self.graphs is not None or not steady
+        """Run the steady contexts' frames as graph replays; the host side of each frame
+        is done here, the device's comes back with the step's copy."""
         self._reserve([(c, c.position + 1) for c in steady])
         steady = [c for c in steady if c.phase is not Phase.DONE]
         if not steady:
             return [], None
-        assert self.graphs is not None
         rows = np.empty((len(steady), 4), np.int64)
         for i, ctx in enumerate(steady):
             ctx.frames += 1
@@ -534,21 +516,7 @@ class Qwen3Runner(ModelRunner):
             track = _EOS_ROW if item == "eos" else _PAD_ROW if item == "pad" else item
             rows[i] = (ctx.slot, ctx.position, track, ctx.generated < MIN_NEW_TOKENS)
             ctx.position += 1
-        outs = []
-        for first in range(0, len(steady), self.graphs.largest):
-            part = rows[first : first + self.graphs.largest]
-            size = self.graphs.bucket_for(len(part))
-            assert size is not None
-            padded = np.empty((size, 4), np.int64)
-            padded[:] = (self.cache.scratch_slot, 0, _PAD_ROW, 0)
-            padded[: len(part)] = part
-            outs.append(self.graphs.replay(upload(padded, self.device))[: len(part)])
-        return steady, torch.cat(outs) if len(outs) > 1 else outs[0]
-
-    def _frame_padding(self, size: int) -> tuple[torch.Tensor]:
-        rows = np.empty((size, 4), np.int64)
-        rows[:] = (self.cache.scratch_slot, 0, _PAD_ROW, 0)
-        return (upload(rows, self.device),)
+        return steady, self.frames(rows)
 
     def _frame(self, inputs: torch.Tensor) -> torch.Tensor:
         """One whole frame for each row of ``inputs`` [B, 4] (slot, talker position,
@@ -557,77 +525,53 @@ class Qwen3Runner(ModelRunner):
         [B, groups + 1] (the frame's codes, then the next code 0). Reads no host value:
         this is what the graphs capture."""
         slots, positions, track, early = inputs.unbind(1)
-        sub = self._row_settings(slots, True, None)
-        codes = self._residual_codes(slots, self._hidden[slots], self._code0[slots], sub, True)
+        sub = self.sub_sampler.rows(slots, None)
+        hidden, code0 = self.tables["hidden"][slots], self.tables["code0"][slots]
+        codes = self._residual_codes(slots, hidden, code0, sub, True)
         embeds = self.talker.frame_embed(codes) + self._track_of(track)
         hidden = self.talker.step(embeds, self.cache, slots, positions)
         code0 = self._choose_code0(
-            slots, hidden, early.bool(), self._row_settings(slots, False, None)
+            slots, hidden, early.bool(), self.talker_sampler.rows(slots, None)
         )
         return torch.cat((codes, code0[:, None]), dim=1)
-
-    def _row_settings(
-        self, slots: torch.Tensor, sub: bool, host: list[SamplingParams] | None
-    ) -> RowSettings:
-        """The rows' sampling settings (code predictor's if ``sub``); ``host``: each
-        row's settings as the host knows them, or None for a graph (every option on)."""
-        if sub:
-            tables = (self._sub_temperature, self._sub_top_k, self._sub_top_p)
-            vocab = self.cfg.talker.predictor_vocab_size
-        else:
-            tables = (self._temperature, self._top_k, self._top_p)
-            vocab = self.cfg.talker.vocab_size
-        temperature, top_k, top_p = (t[slots] for t in tables)
-        if host is None:
-            return RowSettings.general(temperature, top_k, top_p, vocab)
-        values = [
-            (p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
-            if sub
-            else (p.temperature, p.top_k, p.top_p)
-            for p in host
-        ]
-        return RowSettings.of(temperature, top_k, top_p, values, vocab)
 
     def _residual_codes(
         self,
         slots: torch.Tensor,
         hidden: torch.Tensor,
         code0: torch.Tensor,
-        rows: RowSettings,
+        rows: Rows,
         always_draw: bool,
     ) -> torch.Tensor:
         """Each row's whole frame [B, groups]: code 0 and the predictor's residual codes."""
         groups = self.cfg.talker.num_code_groups - 1
         noise = None
         if always_draw or not rows.all_greedy:  # every group's noise in one go
-            keys = self._key[slots] ^ _SUBTALKER_KEY
-            noise = uniform(keys, self._sub_draws[slots], self._sub_hash, groups)
-            self._sub_draws[slots] += groups
+            noise = self.sub_sampler.noise(slots, groups)
 
         def choose(k: int, logits: torch.Tensor) -> torch.Tensor:
-            return sample(logits, rows, noise[:, k] if noise is not None else logits)
+            scores = top_p(top_k(scale(logits, rows), rows), rows)
+            return draw(scores, rows, noise[:, k] if noise is not None else None)
 
         rest = self.talker.code_predictor.predict(hidden, self.talker.codec_embed(code0), choose)
         return torch.cat((code0[:, None], rest), dim=1)
 
     def _choose_code0(
-        self, slots: torch.Tensor, hidden: torch.Tensor, early: torch.Tensor, rows: RowSettings
+        self, slots: torch.Tensor, hidden: torch.Tensor, early: torch.Tensor, rows: Rows
     ) -> torch.Tensor:
         """Code 0 of each row from its talker hidden state [B, H], remembered with the
-        hidden state in the slot tables (the next frame starts from both)."""
-        logits = self.talker.logits(hidden)
-        scores = penalize(logits, self._seen[slots], self._penalty[slots])
+        hidden state in the slot tables (the next frame starts from both). The
+        reference's order: penalty, the control-id mask, EOS barred while too early,
+        then temperature, top-k, top-p."""
+        scores = penalize(self.talker.logits(hidden), rows)
         scores = scores.masked_fill(self.suppress, float("-inf"))
         eos = self.cfg.talker.codec_eos_id
         scores[:, eos] = torch.where(early, float("-inf"), scores[:, eos])
-        noise = scores
-        if not rows.all_greedy:
-            noise = uniform(self._key[slots], self._draws[slots], self._vocab_hash)[:, 0]
-        ids = sample(scores, rows, noise)
-        self._draws[slots] += 1
-        self._seen.index_put_((slots, ids), self._true)  # a Python True would sync
-        self._hidden.index_copy_(0, slots, hidden)
-        self._code0.index_copy_(0, slots, ids)
+        noise = None if rows.all_greedy else self.talker_sampler.noise(slots)[:, 0]
+        ids = draw(top_p(top_k(scale(scores, rows), rows), rows), rows, noise)
+        self.talker_sampler.mark(slots, ids)
+        self.tables["hidden"].index_copy_(0, slots, hidden)
+        self.tables["code0"].index_copy_(0, slots, ids)
         return ids
 
     def _prompts(
@@ -650,9 +594,8 @@ class Qwen3Runner(ModelRunner):
         if not batch:
             return None
         counts = [rows.shape[0] for _, rows, _ in batch]
-        graphs = self.prefill_graphs
-        if graphs is not None and sum(counts) <= graphs.largest:
-            hidden = self._prompt_rows_graphed(batch, graphs)
+        if self.prefill is not None and self.prefill.replays(sum(counts)):
+            hidden = self._prompt_rows_graphed(batch)
             ends = np.cumsum(counts) - 1
         else:
             hidden = self._prompt_rows_padded(batch, counts)
@@ -682,11 +625,12 @@ class Qwen3Runner(ModelRunner):
         return hidden.reshape(-1, hidden.shape[-1])
 
     def _prompt_rows_graphed(
-        self, batch: list[tuple[Qwen3Context, torch.Tensor, bool]], graphs: BucketGraphs
+        self, batch: list[tuple[Qwen3Context, torch.Tensor, bool]]
     ) -> torch.Tensor:
         """Prompt positions as one-position rows of a captured graph (each row attends
         to its slot's positions up to its own, which this call writes first): hidden
         states [sum of counts, H]."""
+        assert self.prefill is not None
         embeds = torch.cat([rows for _, rows, _ in batch])
         index = np.concatenate(
             [
@@ -694,22 +638,11 @@ class Qwen3Runner(ModelRunner):
                 for ctx, rows, _ in batch
             ]
         )
-        size = graphs.bucket_for(len(index))
-        assert size is not None
-        padded = np.zeros((size, 2), np.int64)
-        padded[:, 0] = self.cache.scratch_slot
-        padded[: len(index)] = index
-        inputs = embeds.new_zeros(size, embeds.shape[1])
-        inputs[: len(embeds)] = embeds
-        return graphs.replay(upload(padded, self.device), inputs)[: len(embeds)]
+        return self.prefill(index, embeds)
 
-    def _prompt_padding(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = np.zeros((size, 2), np.int64)
-        rows[:, 0] = self.cache.scratch_slot
+    def _prompt_padding(self, size: int) -> tuple[torch.Tensor]:
         hidden = self.cfg.talker.stack.hidden_size
-        return upload(rows, self.device), torch.zeros(
-            size, hidden, dtype=self.dtype, device=self.device
-        )
+        return (torch.zeros(size, hidden, dtype=self.dtype, device=self.device),)
 
     def _prompt_positions(self, index: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         """Talker positions given as rows: (slot, position) [R, 2] and embeddings
@@ -771,8 +704,9 @@ class Qwen3Runner(ModelRunner):
         if not contexts:
             return None
         slots = upload([c.slot for c in contexts], self.device)
-        rows = self._row_settings(slots, True, [c.sampling for c in contexts])
-        codes = self._residual_codes(slots, self._hidden[slots], self._code0[slots], rows, False)
+        rows = self.sub_sampler.rows(slots, [_sub(c.sampling) for c in contexts])
+        hidden, code0 = self.tables["hidden"][slots], self.tables["code0"][slots]
+        codes = self._residual_codes(slots, hidden, code0, rows, False)
         embeds = self.talker.frame_embed(codes)
         for row, ctx in enumerate(contexts):
             ctx.frames += 1
@@ -805,7 +739,7 @@ class Qwen3Runner(ModelRunner):
         """Code 0 for each context from its last talker hidden state [B, H], on the device."""
         slots = upload([c.slot for c in contexts], self.device)
         early = upload([c.generated < MIN_NEW_TOKENS for c in contexts], self.device, torch.bool)
-        rows = self._row_settings(slots, False, [c.sampling for c in contexts])
+        rows = self.talker_sampler.rows(slots, [_talker(c.sampling) for c in contexts])
         return self._choose_code0(slots, hidden, early, rows)
 
     def _take_code0(self, contexts: list[Qwen3Context], ids: np.ndarray) -> None:
@@ -859,3 +793,13 @@ class Qwen3Runner(ModelRunner):
             out.append((row, word, start, end))
         ctx.entered.clear()
         return out
+
+
+def _talker(p: SamplingParams) -> Settings:
+    """Code 0's settings."""
+    return Settings(p.temperature, p.top_k, p.top_p, p.repetition_penalty)
+
+
+def _sub(p: SamplingParams) -> Settings:
+    """The code predictor's settings (no repetition penalty)."""
+    return Settings(p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)

@@ -86,7 +86,7 @@ def test_t3_graph_replay_equals_eager(checkpoint: Path, no_tf32: None, temperatu
     options = {"device": "cuda", "max_contexts": 6}
     graphed = load(options, checkpoint)
     eager = load({**options, "cuda_graphs": False}, checkpoint)
-    assert graphed.runner.t3.graphs is not None and eager.runner.t3.graphs is None  # type: ignore[attr-defined]
+    assert graphed.runner.t3.steps.graphs is not None and eager.runner.t3.steps.graphs is None  # type: ignore[attr-defined]
     a, b = tokens_of(eager, extra), tokens_of(graphed, extra)
     assert sorted(a) == sorted(b) == [0, 1, 2]
     for slot in a:

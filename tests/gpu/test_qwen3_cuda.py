@@ -162,7 +162,7 @@ def test_graph_replay_equals_eager(
     }
     eager = load({**options, "cuda_graphs": False, "graph_prefill_rows": 0}, checkpoint)
     graphed = load(options, checkpoint)
-    assert graphed.runner.graphs is not None and eager.runner.graphs is None  # type: ignore[attr-defined]
+    assert graphed.runner.frames.graphs is not None and eager.runner.frames.graphs is None  # type: ignore[attr-defined]
     voice = eager.capabilities.default_voice
     todo = [
         Job(SynthParams(voice=voice, language="english", extra=extra), t, i, pieces=1 + i % 3)
