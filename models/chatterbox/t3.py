@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from models.paged_kv import PagedKVCache, prefill_layout
-from models.upload import upload
+from models.blocks.gpt2 import Gpt2
+from models.paged_kv import PagedKVCache
 
 UNUSED_KEYS = ("tfmr.wte.weight", "text_head.weight")
 """Checkpoint tensors T3 inference never reads."""
@@ -62,55 +60,6 @@ class T3Config:
         )
 
 
-class Conv1D(nn.Module):
-    """GPT-2's linear layer: weight stored [in, out]; computed as the checkpoint's
-    authors compute it (``addmm``), so fp32 results match theirs bit for bit."""
-
-    def __init__(self, n_in: int, n_out: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(n_in, n_out))
-        self.bias = nn.Parameter(torch.zeros(n_out))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
-        return out.view(*x.shape[:-1], -1)
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg: T3Config) -> None:
-        super().__init__()
-        self.c_attn = Conv1D(cfg.hidden, 3 * cfg.hidden)
-        self.c_proj = Conv1D(cfg.hidden, cfg.hidden)
-        self.heads = cfg.heads
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: T3Config) -> None:
-        super().__init__()
-        self.c_fc = Conv1D(cfg.hidden, 4 * cfg.hidden)
-        self.c_proj = Conv1D(4 * cfg.hidden, cfg.hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self, cfg: T3Config) -> None:
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.hidden, eps=cfg.eps)
-        self.attn = Attention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.hidden, eps=cfg.eps)
-        self.mlp = MLP(cfg)
-
-
-class Backbone(nn.Module):
-    def __init__(self, cfg: T3Config) -> None:
-        super().__init__()
-        self.wpe = nn.Embedding(cfg.positions, cfg.hidden)
-        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
-        self.ln_f = nn.LayerNorm(cfg.hidden, eps=cfg.eps)
-
-
 class SpeakerEncoder(nn.Module):
     def __init__(self, cfg: T3Config) -> None:
         super().__init__()
@@ -121,7 +70,7 @@ class T3(nn.Module):
     def __init__(self, cfg: T3Config) -> None:
         super().__init__()
         self.cfg = cfg
-        self.tfmr = Backbone(cfg)
+        self.tfmr = Gpt2(cfg)
         self.cond_enc = SpeakerEncoder(cfg)
         self.text_emb = nn.Embedding(cfg.text_vocab, cfg.hidden)
         self.speech_emb = nn.Embedding(cfg.speech_vocab, cfg.hidden)
@@ -146,25 +95,8 @@ class T3(nn.Module):
         starts: Sequence[int],
         counts: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """Row ``b``'s first ``counts[b]`` (default all T) of ``embeds`` [B, T, H] at
-        positions ``starts[b] + t`` of slot ``slots[b]``; the rest of a row is padding.
-        Writes keys/values into ``cache`` (its blocks reserved); returns the final-norm
-        hidden states [B, T, H]. Every argument but ``embeds`` is a host value."""
-        b, t = embeds.shape[:2]
-        positions, where, read, bias = prefill_layout(
-            cache, slots, starts, counts, t, 1, embeds.dtype
-        )
-        # Padding positions read a real position embedding; their output is never used.
-        last = self.cfg.positions - 1
-        x = embeds + self.tfmr.wpe(upload(np.minimum(positions, last), embeds.device))
-        heads, dim = self.cfg.heads, self.cfg.head_dim
-        for i, block in enumerate(self.tfmr.h):
-            qkv = block.attn.c_attn(block.ln_1(x)).view(b, t, 3, heads, dim)
-            q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
-            out = cache.prefill_attend(i, q, k, v, where, read, bias)
-            x = x + block.attn.c_proj(out.transpose(1, 2).reshape(b, t, -1))
-            x = x + block.mlp(block.ln_2(x))
-        return self.tfmr.ln_f(x)
+        """Prompt rows over the paged cache (``models.blocks.gpt2.Gpt2.prefill``)."""
+        return self.tfmr.prefill(embeds, cache, slots, starts, counts)
 
     def step(
         self,
@@ -174,22 +106,8 @@ class T3(nn.Module):
         positions: torch.Tensor,
         max_length: int | None = None,
     ) -> torch.Tensor:
-        """One position per row: ``embeds`` [B, H] at ``positions[b]`` of slot
-        ``slots[b]`` (both on the device); the final-norm hidden states [B, H]. No host
-        value is read (``max_length`` is only needed where attention gathers: off
-        CUDA), so a CUDA graph can capture it."""
-        b = embeds.shape[0]
-        where = cache.rows_on_device(slots, positions)
-        x = (embeds + self.tfmr.wpe(positions.clamp(max=self.cfg.positions - 1)))[:, None]
-        heads, dim = self.cfg.heads, self.cfg.head_dim
-        lengths = positions + 1
-        for i, block in enumerate(self.tfmr.h):
-            qkv = block.attn.c_attn(block.ln_1(x)).view(b, 1, 3, heads, dim)
-            q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
-            out = cache.decode_attend(i, q, k, v, where, slots, lengths, max_length)
-            x = x + block.attn.c_proj(out.transpose(1, 2).reshape(b, 1, -1))
-            x = x + block.mlp(block.ln_2(x))
-        return self.tfmr.ln_f(x)[:, 0]
+        """One position per row (``models.blocks.gpt2.Gpt2.step``: graph-capturable)."""
+        return self.tfmr.step(embeds, cache, slots, positions, max_length)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.speech_head(hidden).float()

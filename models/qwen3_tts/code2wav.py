@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.blocks.llama import MLP, RMSNorm, rope_cos_sin, rope_inv_freq, rotate_half
 from models.qwen3_tts.config import DecoderConfig
-from models.qwen3_tts.layers import MLP, RMSNorm, rope_cos_sin, rope_inv_freq, rotate_half
 from models.upload import upload
 
 # -- streaming state -------------------------------------------------------------

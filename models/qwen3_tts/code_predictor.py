@@ -12,8 +12,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from models.blocks.llama import Stack, rope_cos_sin
 from models.qwen3_tts.config import TalkerConfig
-from models.qwen3_tts.layers import Stack, rope_cos_sin
 
 
 class CodePredictorModel(Stack):

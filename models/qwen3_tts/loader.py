@@ -19,7 +19,7 @@ from models.qwen3_tts.config import (
     parse_config,
     parse_speech_tokenizer_config,
 )
-from models.qwen3_tts.layers import RMSNorm
+from models.blocks.llama import RMSNorm
 from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
 from models.qwen3_tts.params import request_fields
 from models.qwen3_tts.runner import ARSettings, Qwen3Runner

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.blocks.llama import rope_cos_sin, rope_inv_freq, rotate_half
 from models.qwen3_tts.config import MimiEncoderConfig
-from models.qwen3_tts.layers import rope_cos_sin, rope_inv_freq, rotate_half
 
 
 class MimiConv(nn.Module):

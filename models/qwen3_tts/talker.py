@@ -11,11 +11,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.paged_kv import PagedKVCache, prefill_layout
+from models.blocks.llama import Stack
+from models.paged_kv import PagedKVCache
 from models.qwen3_tts.code_predictor import CodePredictor
 from models.qwen3_tts.config import TalkerConfig
-from models.qwen3_tts.layers import Stack, rope_cos_sin
-from models.upload import upload
 
 
 class TalkerModel(Stack):
@@ -66,28 +65,8 @@ class Talker(nn.Module):
         starts: Sequence[int],
         counts: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """Run row ``b``'s first ``counts[b]`` (default all T) of ``embeds`` [B, T, H] at
-        positions ``starts[b] + t`` of slot ``slots[b]``; the rest of a row is padding.
-
-        Writes the new keys/values into ``cache`` (whose blocks must be reserved) and
-        returns the final-norm hidden states [B, T, H]. Every argument but ``embeds``
-        is known to the host, so nothing here waits on the device.
-        """
-        b, t = embeds.shape[:2]
-        attn0 = self.model.layers[0].self_attn
-        groups = attn0.num_heads // attn0.num_kv_heads
-        positions, where, read, bias = prefill_layout(
-            cache, slots, starts, counts, t, groups, embeds.dtype
-        )
-        cos, sin = rope_cos_sin(self.model.inv_freq, upload(positions, embeds.device), embeds.dtype)
-        x = embeds
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            q, k, v = attn.project(layer.input_layernorm(x), cos, sin)
-            out = cache.prefill_attend(i, q, k, v, where, read, bias)
-            x = x + attn.o_proj(out.transpose(1, 2).reshape(b, t, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.model.norm(x)
+        """Prompt rows over the paged cache (``models.blocks.llama.Stack.prefill``)."""
+        return self.model.prefill(embeds, cache, slots, starts, counts)
 
     def step(
         self,
@@ -97,23 +76,8 @@ class Talker(nn.Module):
         positions: torch.Tensor,
         max_length: int | None = None,
     ) -> torch.Tensor:
-        """One position per row: ``embeds`` [B, H] at ``positions[b]`` of slot
-        ``slots[b]`` (both on the device). Returns the final-norm hidden states [B, H].
-        Nothing here reads a host value (``max_length``, the batch's longest length
-        after the step, is only needed where attention gathers: off CUDA), so a
-        CUDA graph can capture it."""
-        b = embeds.shape[0]
-        cos, sin = rope_cos_sin(self.model.inv_freq, positions[:, None], embeds.dtype)
-        where = cache.rows_on_device(slots, positions)
-        lengths = positions + 1
-        x = embeds[:, None]
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            q, k, v = attn.project(layer.input_layernorm(x), cos, sin)
-            out = cache.decode_attend(i, q, k, v, where, slots, lengths, max_length)
-            x = x + attn.o_proj(out.transpose(1, 2).reshape(b, 1, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.model.norm(x)[:, 0]
+        """One position per row (``models.blocks.llama.Stack.step``: graph-capturable)."""
+        return self.model.step(embeds, cache, slots, positions, max_length)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.codec_head(hidden).float()

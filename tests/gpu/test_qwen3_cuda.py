@@ -14,10 +14,10 @@ import torch
 
 from bench.step_profile import count_waits
 from models.base import Admit, DecodeItem, Feed, SynthParams
+from models.blocks.llama import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 from models.kernels.norms import norm_rope, rms_norm
 from models.kernels.paged_decode import gathered_decode_attention, paged_decode_attention
 from models.paged_kv import PagedKVCache
-from models.qwen3_tts.layers import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 from models.qwen3_tts.loader import load
 from tests.models.drive import plan
 from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint

@@ -1,18 +1,39 @@
-"""Qwen3-style transformer pieces shared by the talker and the code predictor.
+"""The Llama/Qwen2/Qwen3-style decoder: RMSNorm, rotary positions (NeoX layout),
+grouped-query attention with q/k RMSNorms, SwiGLU.
 
-Module and parameter names follow the checkpoint's keys, so a state dict
-loads with ``strict=True`` and a missing tensor is named by its key.
+Module and parameter names follow Hugging Face checkpoints' keys (``layers.N.self_attn.
+q_proj``, ``input_layernorm``, ``mlp.gate_proj`` ...), so a state dict loads with
+``strict=True`` and a missing tensor is named by its key. :meth:`Stack.prefill` and
+:meth:`Stack.step` run it over the paged KV cache (``models.blocks.paged``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from models.attention import attention_bias, grouped_attention
+from models.blocks.paged import paged_prefill, paged_step
 from models.kernels.norms import fused_available, norm_rope, rms_norm
-from models.qwen3_tts.config import TransformerConfig
+from models.paged_kv import PagedKVCache, prefill_layout
+from models.upload import upload
+
+
+class TransformerConfig(Protocol):
+    """The shape of a stack (a family's config object has these attributes)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
 
 
 class RMSNorm(nn.Module):
@@ -121,6 +142,18 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
+    def qkv(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, H, T, D], k/v [B, KVH, T, D] of ``x`` [B, T, hidden]."""
+        return self.self_attn.project(self.input_layernorm(x), *rope)
+
+    def residual(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """``x`` after the attention output ``attended`` [B, H, T, D] and the MLP."""
+        b, t = x.shape[:2]
+        x = x + self.self_attn.o_proj(attended.transpose(1, 2).reshape(b, t, -1))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
 
 class Stack(nn.Module):
     """Decoder layers + final norm (``model.*`` in the checkpoint)."""
@@ -133,3 +166,40 @@ class Stack(nn.Module):
         self.register_buffer(
             "inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False
         )
+
+    def prefill(
+        self,
+        embeds: torch.Tensor,
+        cache: PagedKVCache,
+        slots: Sequence[int],
+        starts: Sequence[int],
+        counts: Sequence[int] | None = None,
+    ) -> torch.Tensor:
+        """Row ``b``'s first ``counts[b]`` (default all T) of ``embeds`` [B, T, H] at
+        positions ``starts[b] + t`` of slot ``slots[b]``; the rest of a row is padding.
+        Writes the new keys/values into ``cache`` (whose blocks must be reserved) and
+        returns the final-norm hidden states [B, T, H]. Every argument but ``embeds``
+        is known to the host, so nothing here waits on the device."""
+        attn0 = self.layers[0].self_attn
+        groups = attn0.num_heads // attn0.num_kv_heads
+        t = embeds.shape[1]
+        layout = prefill_layout(cache, slots, starts, counts, t, groups, embeds.dtype)
+        rope = rope_cos_sin(self.inv_freq, upload(layout[0], embeds.device), embeds.dtype)
+        return self.norm(paged_prefill(self.layers, embeds, cache, layout, rope))
+
+    def step(
+        self,
+        embeds: torch.Tensor,
+        cache: PagedKVCache,
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+        max_length: int | None = None,
+    ) -> torch.Tensor:
+        """One position per row: ``embeds`` [B, H] at ``positions[b]`` of slot
+        ``slots[b]`` (both on the device); the final-norm hidden states [B, H].
+        Nothing here reads a host value (``max_length``, the batch's longest length
+        after the step, is only needed where attention gathers: off CUDA), so a
+        CUDA graph can capture it."""
+        rope = rope_cos_sin(self.inv_freq, positions[:, None], embeds.dtype)
+        x = paged_step(self.layers, embeds[:, None], cache, slots, positions, max_length, rope)
+        return self.norm(x)[:, 0]

@@ -1,0 +1,11 @@
+"""Shared model blocks: what more than one family is built from.
+
+- :mod:`models.blocks.llama`: the Llama/Qwen2/Qwen3-style decoder (RMSNorm, rotary
+  positions, grouped-query attention with optional q/k norms, SwiGLU), module names
+  as Hugging Face checkpoints spell them (Qwen3-TTS's talker and code predictor);
+- :mod:`models.blocks.gpt2`: the GPT-2 decoder (learned positions, LayerNorm, fused
+  QKV, GELU MLP), names as GPT-2 checkpoints spell them (Chatterbox's T3);
+- :mod:`models.blocks.paged`: the decoder layer loop over the paged KV cache, for a
+  prompt (padded rows) and for one position per row (graph-capturable), shared by
+  both decoders.
+"""
