@@ -90,7 +90,7 @@ class RequestField:
         kinds = {
             "boolean": "true or false",
             "string": "a string",
-            "numbers": "an array of numbers",
+            "numbers": "an array of finite numbers",
             "audio": "audio (base64, a data: URI, or a path or URL where allowed)",
             "integer": "an integer",
             "number": "a number",
@@ -98,44 +98,47 @@ class RequestField:
         return kinds[self.kind] + self._range()
 
     def check(self, value: Any) -> Any:
-        """``value`` as the model takes it; ModelInputError naming the field otherwise."""
-        if self.kind == "boolean":
-            if not isinstance(value, bool):
-                raise self._bad(f"must be true or false, got {_shown(value)}")
-            return value
-        if self.kind == "string":
-            if not isinstance(value, str):
-                raise self._bad(f"must be a string, got {_shown(value)}")
-            return value
+        """``value`` as the model takes it; ModelInputError naming the field and what
+        it takes (:attr:`allowed`) otherwise."""
         if self.kind == "audio":
             return value  # decoded (and checked) while the context is prepared
-        if self.kind == "numbers":
-            if not isinstance(value, list | tuple) or not all(_finite(x) for x in value):
-                raise self._bad("must be an array of finite numbers")
-            return [float(x) for x in value]
-        integer = self.kind == "integer"
-        if not (_finite(value) and (not integer or isinstance(value, int))):
-            what = "an integer" if integer else "a number"
-            raise self._bad(f"must be {what}{self._range()}, got {_shown(value)}")
-        low_ok = self.low is None or (value > self.low if self.low_exclusive else value >= self.low)
-        if not low_ok or (self.high is not None and value > self.high):
-            raise self._bad(f"must be{self._range()}, got {value}")
-        return int(value) if integer else float(value)
+        if self.kind == "boolean":
+            ok = isinstance(value, bool)
+        elif self.kind == "string":
+            ok = isinstance(value, str)
+        elif self.kind == "numbers":
+            ok = isinstance(value, list | tuple) and all(_finite(x) for x in value)
+            if ok:
+                return [float(x) for x in value]
+        else:
+            integer = self.kind == "integer"
+            ok = _finite(value) and (not integer or isinstance(value, int)) and self._within(value)
+            if ok:
+                return int(value) if integer else float(value)
+        if not ok:
+            raise ModelInputError(
+                f"{self.name}: must be {self.allowed}, got {_shown(value)}",
+                param=self.name,
+                code="invalid_field",
+            )
+        return value
+
+    def _within(self, value: float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_exclusive else value < self.low):
+            return False
+        return self.high is None or value <= self.high
 
     def _range(self) -> str:
-        low = (
-            ""
-            if self.low is None
-            else f"{'above' if self.low_exclusive else 'from'} {self._bound(self.low)}"
-        )
-        high = "" if self.high is None else f"{'up ' if not low else ''}to {self._bound(self.high)}"
-        return f" {low} {high}".rstrip() if low or high else ""
+        low = high = ""
+        if self.low is not None:
+            low = f" {'over' if self.low_exclusive else 'from'} {self._bound(self.low)}"
+        if self.high is not None:
+            joint = " and at most" if self.low_exclusive else " to" if low else " up to"
+            high = f"{joint} {self._bound(self.high)}"
+        return low + high
 
     def _bound(self, value: float) -> str:
         return str(int(value)) if self.kind == "integer" else f"{value:g}"
-
-    def _bad(self, message: str) -> ModelInputError:
-        return ModelInputError(f"{self.name}: {message}", param=self.name, code="invalid_field")
 
 
 def _finite(value: Any) -> bool:
@@ -147,8 +150,12 @@ def _finite(value: Any) -> bool:
 
 
 def _shown(value: Any) -> str:
+    """What a rejected value was, short: a number as itself (at most 32 characters)."""
+    if _finite(value) or isinstance(value, float):
+        text = str(value)
+        return text if len(text) <= 32 else text[:32] + "..."
     names = {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}
-    return names.get(type(value), type(value).__name__)
+    return names.get(type(value), "null" if value is None else type(value).__name__)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from protocol.messages import (
 )
 from protocol.validation import ALLOWED_VALUES, check_client_message, unsupported
 
-_PATH_RE = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_PATH_RE = re.compile(r" - at (?:`key` in )?`\$(?P<path>[^`]*)`$")  # a dict key: its dict
 _MISSING_RE = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
 _ENUM_RE = re.compile(r"^Invalid enum value (?P<value>.+)$")
 _UNKNOWN_TAG_RE = re.compile(r"^Invalid value (?P<value>.+)$")

@@ -243,7 +243,7 @@ def _sampling_fields() -> dict[str, st.SearchStrategy[Variant]]:
         "top_k": number("int", 0),
         "top_p": number("float", 0, 1, lo_open=True),
         "repetition_penalty": number("float", 0, 10, lo_open=True),
-        "seed": number("int", 0, INT64_MAX),
+        "seed": number("int", -(2**63), INT64_MAX),  # the models' range: any int64
         "max_new_tokens": number("int", 1),
     }
 
