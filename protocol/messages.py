@@ -14,6 +14,10 @@ type string. Conventions:
 - An ``output_format`` sent by a client replaces the whole output format (fields it
   leaves out take their defaults); it is not merged field by field.
 - Every client message may carry ``event_id``; an ``error`` caused by it echoes it.
+- Model options (``options`` and the top-level :data:`OPTION_FIELDS`) are carried
+  without types or ranges: those are the served model's, listed in
+  ``session.created`` (:class:`OptionField`) and checked by the server
+  (:mod:`protocol.options`).
 
 Value sets (encodings, sample rates, ...) are ``Literal`` types here; checks that
 span fields (Opus sample rates, Ogg needs Opus) live in :mod:`protocol.validation`.
