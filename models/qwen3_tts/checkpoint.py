@@ -4,82 +4,93 @@ Layout: ``config.json``, ``generation_config.json`` (optional here),
 ``model.safetensors`` or sharded ``model-XXXXX-of-YYYYY.safetensors`` with
 ``model.safetensors.index.json``, the Qwen2 tokenizer files, and
 ``speech_tokenizer/`` (``config.json`` + safetensors). Every missing file or
-tensor raises ``CheckpointError`` naming it.
+tensor raises ``CheckpointError`` naming it (``models.checkpoint``: the error and
+the strict check are every family's).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import torch
-from safetensors import safe_open
 from torch import nn
 
-from models.qwen3_tts.config import CheckpointError
+from models.checkpoint import (
+    WeightReport,
+    compare,
+    module_shapes,
+    read_headers,
+    read_json,
+    safetensors_files,
+)
+from models.checkpoint import load_tensors as _load_tensors
 
-
-def read_json(path: Path, required: bool = True) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise CheckpointError(f"checkpoint file missing: {path}")
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} must hold a JSON object")
-    return data
+__all__ = [
+    "check_weights",
+    "load_module",
+    "load_tensors",
+    "read_json",
+    "weight_files",
+    "weight_prefixes",
+]
 
 
 def weight_files(directory: Path) -> list[Path]:
     """The safetensors files of one model directory (single file or shards)."""
-    single = directory / "model.safetensors"
-    if single.is_file():
-        return [single]
-    index_path = directory / "model.safetensors.index.json"
-    if not index_path.is_file():
-        raise CheckpointError(
-            f"checkpoint file missing: {single} (or the sharded {index_path.name})"
-        )
-    weight_map = read_json(index_path).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"{index_path}: missing key 'weight_map'")
-    files = []
-    for name in sorted(set(weight_map.values())):
-        path = directory / name
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint shard missing: {path} (listed in {index_path.name})")
-        files.append(path)
-    return files
+    return safetensors_files(directory)
 
 
 def load_tensors(directory: Path, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """All tensors whose key starts with one of ``prefixes``."""
-    tensors: dict[str, torch.Tensor] = {}
-    for path in weight_files(directory):
-        with safe_open(str(path), framework="pt") as handle:
-            for key in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                if key.startswith(prefixes):
-                    tensors[key] = handle.get_tensor(key)
-    return tensors
+    return _load_tensors(weight_files(directory), prefixes)
 
 
 def load_module(
     module: nn.Module, tensors: dict[str, torch.Tensor], where: Path, dtype: torch.dtype
 ) -> None:
-    """Copy ``tensors`` into ``module`` (cast to ``dtype``); every module tensor must be there."""
-    expected = module.state_dict()
-    for key, target in expected.items():
-        if key not in tensors:
-            raise CheckpointError(f"{where}: missing tensor {key!r}")
-        source = tensors[key]
-        if tuple(source.shape) != tuple(target.shape):
-            raise CheckpointError(
-                f"{where}: tensor {key!r} has shape {tuple(source.shape)}, "
-                f"the config implies {tuple(target.shape)}"
-            )
-    module.load_state_dict({k: tensors[k] for k in expected}, strict=True)
+    """Copy ``tensors`` into ``module`` (cast to ``dtype``), strictly: every tensor the
+    module has must be there with its shape and none extra (``tensors`` holds the
+    file's keys under the prefixes the module covers)."""
+    report = compare(
+        module_shapes(module),
+        {k: tuple(v.shape) for k, v in tensors.items()},
+        type(module).__name__,
+        file=str(where),
+    )
+    report.raise_if_bad()
+    module.load_state_dict(tensors, strict=True)
     module.to(dtype)
+
+
+def weight_prefixes(model_type: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The keys the model reads from ``model.safetensors`` and from
+    ``speech_tokenizer/``: a Base (voice clone) model also needs its encoders."""
+    if model_type == "base":
+        return ("talker.", "speaker_encoder."), ("decoder.", "encoder.")
+    return ("talker.",), ("decoder.",)
+
+
+def check_weights(root: Path) -> list[WeightReport]:
+    """The strict check of both weight files against the modules the configs imply,
+    from the files' headers and modules built on the meta device (nothing is loaded)."""
+    from models.qwen3_tts.config import parse_config, parse_speech_tokenizer_config
+    from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
+
+    cfg = parse_config(read_json(root / "config.json"))
+    st_dir = root / "speech_tokenizer"
+    st_cfg = parse_speech_tokenizer_config(read_json(st_dir / "config.json"))
+    prefixes, st_prefixes = weight_prefixes(cfg.model_type)
+    with torch.device("meta"):
+        model = Qwen3TTSWeights(cfg)
+        tokenizer = SpeechTokenizerWeights(st_cfg, with_encoder=cfg.model_type == "base")
+    reports = []
+    for module, directory, keep, what in (
+        (model, root, prefixes, "talker" + (" and speaker encoder" if len(prefixes) > 1 else "")),
+        (tokenizer, st_dir, st_prefixes, "speech tokenizer"),
+    ):
+        files = weight_files(directory)
+        header = read_headers(files)
+        found = {k: v.shape for k, v in header.items() if k.startswith(keep)}
+        names = ", ".join(str(f.relative_to(root)) for f in files)
+        reports.append(compare(module_shapes(module), found, what, file=names))
+    return reports

@@ -10,9 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-
-class CheckpointError(ValueError):
-    """The checkpoint directory is incomplete or inconsistent; the message says what to fix."""
+from models.checkpoint import CheckpointError
 
 
 class _Reader:

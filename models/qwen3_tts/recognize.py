@@ -1,0 +1,48 @@
+"""Is a directory a Hugging Face Qwen3-TTS checkpoint? Read from ``config.json`` alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from models.recognition import Recognized
+
+LOOKS_FOR = "a Qwen3-TTS checkpoint (config.json with model_type qwen3_tts)"
+SIZES = {"0b6": "0.6b", "1b7": "1.7b"}
+SHIPPED = (
+    "qwen3-tts-1.7b-customvoice",
+    "qwen3-tts-1.7b-voicedesign",
+    "qwen3-tts-1.7b-base",
+    "qwen3-tts-0.6b-customvoice",
+    "qwen3-tts-0.6b-base",
+)
+
+
+def recognize(path: Path) -> Recognized | None:
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("model_type") != "qwen3_tts":
+        return None
+    variant = str(data.get("tts_model_type", "custom_voice"))
+    size_code = str(data.get("tts_model_size", ""))
+    size = SIZES.get(size_code, "1.7b")
+    slug = variant.replace("_", "")
+    exact = f"qwen3-tts-{size}-{slug}"
+    same_variant = tuple(
+        sorted((k for k in SHIPPED if k.endswith(slug) and k != exact), reverse=True)
+    )
+    return Recognized(
+        family="qwen3_tts",
+        variant=variant,
+        config=exact,
+        why=f"config.json: model_type qwen3_tts, tts_model_type {variant}, "
+        f"tts_model_size {size_code or '(none)'}",
+        path=path,
+        alternatives=same_variant,
+        details=(("size", size.upper()),),
+    )
