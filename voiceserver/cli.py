@@ -1,9 +1,9 @@
-"""``voiceserver serve`` runs the server; ``voiceserver say`` is the client's CLI."""
+"""``voiceserver serve`` runs the server; ``voiceserver say`` is the client's CLI;
+``voiceserver onboard DIR`` turns a checkpoint into a config that serves it."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -140,9 +140,9 @@ def serve(argv: list[str]) -> None:
         config_for_checkpoint,
         load_model_config,
         with_checkpoint,
+        with_engine_overrides,
         with_served_names,
     )
-    from voiceserver.engine.core import EngineConfig
     from voiceserver.server import build_server
     from voiceserver.transport.hosts import check_allowed_host
 
@@ -154,18 +154,19 @@ def serve(argv: list[str]) -> None:
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.config is None and args.model is not None:
-        model_config = config_for_checkpoint(args.model, overrides)
+        try:
+            model_config = config_for_checkpoint(args.model, overrides)
+        except ValueError as exc:
+            raise SystemExit(f"--model: {exc}") from None
     else:
         model_config = load_model_config(args.config or DEFAULT_MODEL_CONFIG, overrides)
     model_config = with_checkpoint(model_config, args.model)
     model_config = with_served_names(model_config, tuple(args.served_model_name))
     if args.engine:
-        merged = {**dataclasses.asdict(model_config.engine), **_overrides(args.engine)}
         try:
-            engine = parse_options(EngineConfig, merged, "engine")
+            model_config = with_engine_overrides(model_config, _overrides(args.engine))
         except ValueError as exc:
             raise SystemExit(f"--engine: {exc}") from None
-        model_config = dataclasses.replace(model_config, engine=engine)
     if args.allow_private_url_fetch and not args.allow_url_fetch:
         raise SystemExit("--allow-private-url-fetch needs --allow-url-fetch")
     media = MediaConfig(
@@ -205,10 +206,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(
-            "usage: voiceserver {serve,say,bridge} ...\n"
-            "  serve   run the server\n"
-            "  say     synthesize text through a running server\n"
-            "  bridge  speak an LLM's streamed reply (OpenAI-compatible chat completions)"
+            "usage: voiceserver {serve,say,bridge,onboard} ...\n"
+            "  serve    run the server\n"
+            "  say      synthesize text through a running server\n"
+            "  bridge   speak an LLM's streamed reply (OpenAI-compatible chat completions)\n"
+            "  onboard  recognise a checkpoint, size it for a GPU and write its config"
         )
         return
     command, rest = argv[0], argv[1:]
@@ -222,8 +224,15 @@ def main(argv: list[str] | None = None) -> None:
         from voiceclient.bridge import main as bridge_main
 
         bridge_main(rest)
+    elif command == "onboard":
+        from voiceserver.onboard import main as onboard_main
+
+        raise SystemExit(onboard_main(rest))
     else:
-        raise SystemExit(f"unknown command {command!r}; use serve, say or bridge")
+        raise SystemExit(
+            f"unknown command {command!r}; use serve, say or bridge (or onboard DIR to "
+            "make a config for a checkpoint)"
+        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ names the key, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,11 @@ class ModelConfig:
     """OpenAI voice name -> one of the model's voices, for the OpenAI endpoint
     (YAML ``openai_voices``); an OpenAI voice not listed speaks in the model's
     default voice."""
+    sized_engine: tuple[str, ...] = ()
+    """Engine settings the YAML leaves to start-up sizing (``auto``; among
+    ``SIZED_ENGINE_KEYS``): from the GPU memory free after the weights, or the
+    family's CPU defaults (``voiceserver.sizing``). Until then ``engine`` holds
+    EngineConfig's defaults for them."""
 
 
 def load_model_config(
@@ -217,12 +222,45 @@ def model_config_from_mapping(
         name=data["name"],
         family=data["family"],
         model=model,
-        engine=parse_options(EngineConfig, data.get("engine"), "engine"),
+        engine=parse_options(EngineConfig, _fixed(data.get("engine")), "engine"),
         segmenter=parse_options(SegmenterConfig, data.get("segmenter"), "segmenter"),
         checkpoint=Path(checkpoint) if checkpoint else None,
         served_model_names=_names(data.get("served_model_name"), where),
         openai_voices=_voice_map(data.get("openai_voices"), where),
+        sized_engine=_sized(data.get("engine")),
     )
+
+
+SIZED_ENGINE_KEYS = ("max_ar_batch", "max_vocoder_batch")
+"""Engine settings a model config may set to ``auto`` (sized at start-up)."""
+
+
+def _sized(engine: Any) -> tuple[str, ...]:
+    if not isinstance(engine, Mapping):
+        return ()
+    return tuple(k for k in SIZED_ENGINE_KEYS if engine.get(k) == "auto")
+
+
+def _fixed(engine: Any) -> Any:
+    """The engine section without its ``auto`` entries."""
+    if not isinstance(engine, Mapping):
+        return engine
+    return {k: v for k, v in engine.items() if not (k in SIZED_ENGINE_KEYS and v == "auto")}
+
+
+def with_engine_overrides(config: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
+    """``overrides`` (``--engine KEY=VALUE``) over the config's engine settings; a value
+    given is no longer sized, and ``auto`` sizes one (ValueError names a bad key)."""
+    merged = {
+        k: v for k, v in asdict(config.engine).items() if k not in config.sized_engine
+    } | dict(overrides)
+    sized = tuple(
+        k
+        for k in SIZED_ENGINE_KEYS
+        if merged.get(k) == "auto" or (k in config.sized_engine and k not in overrides)
+    )
+    engine = parse_options(EngineConfig, _fixed(merged), "engine")
+    return replace(config, engine=engine, sized_engine=sized)
 
 
 def _names(value: Any, where: str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from voiceserver.media import MediaJobs
 from voiceserver.metrics import Metrics
 from voiceserver.names import OPENAI_VOICES, ModelNames
 from voiceserver.quotas import RateLimiter
+from voiceserver.sizing import memory_line, size_model
 from voiceserver.tasks import VariantTasks
 from voiceserver.voices import VoiceStore
 
@@ -54,6 +55,10 @@ class Runtime:
     def build(cls, server: ServerConfig, model_config: ModelConfig) -> Runtime:
         """Load the model and start the engine thread (blocking; call off the loop)."""
         t0 = time.monotonic()
+        sized = size_model(model_config)
+        model_config = sized.config
+        for line in sized.lines:
+            log.info("%s", line)
         loader = resolve(model_config.family)
         model = loader(model_config.model, model_config.checkpoint)
         builtin = [v.name for v in model.capabilities.voices]
@@ -66,6 +71,8 @@ class Runtime:
         engine = EngineCore(model, model_config.engine, metrics.engine_observer())
         metrics.add_queue_collector(engine.queue_depths)
         engine.start()
+        if (line := memory_line(model_config)) is not None:
+            log.info("%s", line)
         names = ModelNames(model_config)
         log.info(
             "model %s (%s) loaded in %.1f s; %d Hz, %.1f ms frames; tasks %s; answers to %s",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from models.chatterbox.runner import (
 from models.chatterbox.s3_tokenizer import load_s3_tokenizer
 from models.chatterbox.s3gen import S3Gen
 from models.chatterbox.sampling import T3Sampling
+from models.chatterbox.sizing import CPU
 from models.chatterbox.text import load_text_tokenizer
 from models.chatterbox.vocoder import ChatterboxVocoder
 from models.chatterbox.voice_encoder import load_voice_encoder
@@ -42,8 +43,10 @@ class ChatterboxOptions:
     """Checkpoint directory (the ``checkpoint`` argument of ``load`` wins)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
-    max_contexts: int = 8
-    """T3 KV slots: contexts generating at once."""
+    max_contexts: int | Literal["auto"] = "auto"
+    """T3 KV slots: contexts generating at once. ``auto``: sized by the server at start-up
+    from the GPU memory free after the weights (``voiceserver.sizing``); 8 on a CPU, or
+    when the model is loaded outside the server."""
     kv_capacity: int = 2048
     """T3 positions per slot: the voice prefix (up to 376), a clause's text and its
     speech tokens (up to 1,001)."""
@@ -68,6 +71,8 @@ class ChatterboxOptions:
 
 def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
     options = parse_options(ChatterboxOptions, raw_options, "model")
+    if options.max_contexts == "auto":
+        options = replace(options, max_contexts=CPU.max_contexts)
     if checkpoint is None and options.checkpoint is None:
         raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
     root = Path(checkpoint if checkpoint is not None else options.checkpoint)  # type: ignore[arg-type]

@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from models.base import Capabilities, LoadedModel, parse_options
+from models.blocks.llama import RMSNorm
 from models.paged_kv import PagedKVCache
-from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json
+from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json, weight_prefixes
 from models.qwen3_tts.config import (
     CheckpointError,
     TransformerConfig,
     parse_config,
     parse_speech_tokenizer_config,
 )
-from models.blocks.llama import RMSNorm
 from models.qwen3_tts.modules import Qwen3TTSWeights, SpeechTokenizerWeights
 from models.qwen3_tts.params import request_fields
 from models.qwen3_tts.runner import ARSettings, Qwen3Runner
 from models.qwen3_tts.sampling import SamplingParams
+from models.qwen3_tts.sizing import CPU
 from models.qwen3_tts.text_tokenizer import load_text_tokenizer
 from models.qwen3_tts.vocoder import Qwen3Vocoder
 from models.qwen3_tts.voice_clone import VoiceCloner
@@ -40,8 +41,10 @@ class Qwen3Options:
     """Checkpoint directory (the ``checkpoint`` argument of ``load`` wins)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
-    max_contexts: int = 8
-    """Contexts generating at once: the most there will be."""
+    max_contexts: int | Literal["auto"] = "auto"
+    """Contexts generating at once: the most there will be. ``auto``: sized by the server
+    at start-up from the GPU memory free after the weights (``voiceserver.sizing``);
+    8 on a CPU, or when the model is loaded outside the server."""
     kv_memory_fraction: float = 0.5
     """Share of the GPU memory free once the weights are loaded that KV blocks may take;
     the rest is left for activations and graphs (the vocoder's grow with its batch)."""
@@ -162,6 +165,8 @@ def kv_blocks(
 
 def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:
     options = parse_options(Qwen3Options, raw_options, "model")
+    if options.max_contexts == "auto":
+        options = replace(options, max_contexts=CPU.max_contexts)
     if checkpoint is None and options.checkpoint is None:
         raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
     root = Path(checkpoint if checkpoint is not None else options.checkpoint)  # type: ignore[arg-type]
@@ -177,11 +182,10 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     tokenizer = load_text_tokenizer(root, cfg.transformers_version)
 
     weights = Qwen3TTSWeights(cfg)
-    prefixes = ("talker.", "speaker_encoder.") if cfg.model_type == "base" else ("talker.",)
+    prefixes, st_prefixes = weight_prefixes(cfg.model_type)
     load_module(weights, load_tensors(root, prefixes), root / "model.safetensors", dtype)
     is_base = cfg.model_type == "base"
     st_weights = SpeechTokenizerWeights(st_cfg, with_encoder=is_base)
-    st_prefixes = ("decoder.", "encoder.") if is_base else ("decoder.",)
     load_module(st_weights, load_tensors(st_dir, st_prefixes), st_dir / "model.safetensors", dtype)
     weights.to(device).eval()
     st_weights.to(device).eval()
