@@ -6,6 +6,10 @@ voice: started when the slot is free of the previous one, stepped until the stop
 token or the utterance cap, then closed with the three silence tokens the
 reference appends before decoding. A context's first utterance runs the voice
 prefix (speaker + prompt tokens); later ones reuse its keys/values.
+
+What each slot is doing lives in arrays indexed by slot (``_Slots``): a step
+decides and updates over whole batches with numpy; Python touches a context only
+when something happens to it (it is admitted, fed, or starts an utterance).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -123,18 +127,49 @@ class ChatterboxPrepared(Prepared):
     max_tokens: int = MAX_UTTERANCE_TOKENS
 
 
-@dataclass
-class _Context:
-    prepared: ChatterboxPrepared
-    units: deque[np.ndarray] = field(default_factory=deque)
-    closed: bool = False
-    speaking: bool = False
-    fresh: bool = True
-    """No utterance has run yet: the next one carries the voice prefix."""
-    last: int = 0
-    made: int = 0
-    """Tokens of the current utterance."""
-    hit_limit: bool = False
+class _Slots:
+    """Each slot's context state, one array entry per slot."""
+
+    def __init__(self, slots: int) -> None:
+        self.prepared: list[ChatterboxPrepared | None] = [None] * slots
+        self.units: list[deque[np.ndarray]] = [deque() for _ in range(slots)]
+        """Text units fed and not started yet."""
+        self.active = np.zeros(slots, bool)
+        self.queued = np.zeros(slots, np.int64)
+        """``len(units[slot])``, for decisions over arrays."""
+        self.closed = np.zeros(slots, bool)
+        self.speaking = np.zeros(slots, bool)
+        self.fresh = np.zeros(slots, bool)
+        """No utterance has run yet: the next one carries the voice prefix."""
+        self.last = np.zeros(slots, np.int64)
+        """The last token (what the next step feeds)."""
+        self.made = np.zeros(slots, np.int64)
+        """Tokens of the current utterance."""
+        self.max_tokens = np.zeros(slots, np.int64)
+        self.hit_limit = np.zeros(slots, bool)
+
+    def admit(self, slot: int, prepared: ChatterboxPrepared) -> None:
+        self.prepared[slot] = prepared
+        self.units[slot].clear()
+        self.active[slot], self.fresh[slot] = True, True
+        self.queued[slot] = self.last[slot] = self.made[slot] = 0
+        self.closed[slot] = self.speaking[slot] = self.hit_limit[slot] = False
+        self.max_tokens[slot] = prepared.max_tokens
+
+    def free(self, slot: int) -> None:
+        self.prepared[slot] = None
+        self.units[slot].clear()
+        self.active[slot] = self.speaking[slot] = False
+        self.queued[slot] = 0
+
+    def feed(self, slot: int, units: tuple[np.ndarray, ...], close: bool) -> None:
+        self.units[slot].extend(units)
+        self.queued[slot] = len(self.units[slot])
+        self.closed[slot] |= close
+
+    def next_unit(self, slot: int) -> np.ndarray:
+        self.queued[slot] -= 1
+        return self.units[slot].popleft()
 
 
 class ChatterboxRunner(ModelRunner):
@@ -166,7 +201,8 @@ class ChatterboxRunner(ModelRunner):
         self.max_tokens = max_tokens
         self.t3 = T3Slots(model, slots, capacity, ignore_stop, cuda_graphs)
         self.capacity = capacity
-        self.contexts: list[_Context | None] = [None] * slots
+        self.slots = _Slots(slots)
+        self._stop, self._start = model.cfg.stop_speech, model.cfg.start_speech
         self._fields = {f.name: f for f in capabilities.request_fields}
         self.cloner = cloner
         self.ref_audio_seconds = ref_audio_seconds
@@ -175,7 +211,7 @@ class ChatterboxRunner(ModelRunner):
 
     @property
     def max_slots(self) -> int:
-        return len(self.contexts)
+        return len(self.slots.active)
 
     # -- before the first step ---------------------------------------------------
 
@@ -300,58 +336,52 @@ class ChatterboxRunner(ModelRunner):
 
     @torch.no_grad()
     def execute(self, plan: StepPlan) -> StepResult:
+        slots = self.slots
         for slot in plan.free.tolist():
-            self.contexts[slot] = None
+            slots.free(slot)
             self.t3.release(slot)
         for admit in plan.admit:
             assert isinstance(admit.prepared, ChatterboxPrepared)
-            self.contexts[admit.slot] = _Context(admit.prepared)
+            slots.admit(admit.slot, admit.prepared)
         for feed in plan.feed:
-            ctx = self.contexts[feed.slot]
-            if ctx is not None:
-                ctx.units.extend(feed.units)
-                ctx.closed = ctx.closed or feed.close
-        rows = plan.step.tolist()
-        starting: list[tuple[int, _Context, np.ndarray]] = []
-        going: list[tuple[int, _Context]] = []
-        for slot in rows:
-            ctx = self.contexts[slot]
-            if ctx is None:
-                continue
-            if ctx.speaking:
-                going.append((slot, ctx))
-            elif ctx.units:
-                ids = ctx.units.popleft()
-                if self._fits(slot, ctx, ids):
-                    starting.append((slot, ctx, ids))
+            if slots.active[feed.slot]:
+                slots.feed(feed.slot, feed.units, feed.close)
+        rows = plan.step
+        live = slots.active[rows]
+        going = rows[live & slots.speaking[rows]]
+        candidates = rows[live & ~slots.speaking[rows] & (slots.queued[rows] > 0)]
+        starting: list[tuple[int, np.ndarray]] = []
+        for slot in candidates.tolist():  # a context starting an utterance: an event
+            ids = slots.next_unit(slot)
+            if self._fits(slot, ids):
+                starting.append((slot, ids))
         parts = []
+        first = np.asarray([slot for slot, _ in starting], np.int64)
         if starting:
-            parts.append(self.t3.start([self._utterance(s, c, ids) for s, c, ids in starting]))
-            for _, ctx, _ in starting:
-                ctx.speaking, ctx.fresh, ctx.made = True, False, 0
-        if going:
-            last = np.asarray([ctx.last for _, ctx in going], np.int64)
-            parts.append(self.t3.advance([slot for slot, _ in going], last))
+            parts.append(self.t3.start([self._utterance(slot, ids) for slot, ids in starting]))
+            slots.speaking[first], slots.fresh[first], slots.made[first] = True, False, 0
+        if len(going):
+            parts.append(self.t3.advance(going.tolist(), slots.last[going]))
         # The step's one device-to-host copy: every new token.
-        host = torch.cat(parts).cpu().tolist() if parts else []
-        stepped = [slot for slot, _, _ in starting] + [slot for slot, _ in going]
-        tokens = dict(zip(stepped, host, strict=True))
-        return self._result(rows, tokens, {slot for slot, _, _ in starting})
+        tokens = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, np.int64)
+        return self._result(rows, np.concatenate((first, going)), tokens, len(first))
 
-    def _fits(self, slot: int, ctx: _Context, ids: np.ndarray) -> bool:
+    def _fits(self, slot: int, ids: np.ndarray) -> bool:
         """Whether an utterance's prompt leaves room for a token in the slot; one that
         does not is skipped and the context reports the limit when it ends."""
-        assert ctx.prepared.voice is not None
-        prefix = 1 + len(ctx.prepared.voice.prompt)
+        prepared = self.slots.prepared[slot]
+        assert prepared is not None and prepared.voice is not None
+        prefix = 1 + len(prepared.voice.prompt)
         if prefix + len(ids) + 2 <= self.capacity:
             return True
-        ctx.hit_limit = True
+        self.slots.hit_limit[slot] = True
         return False
 
-    def _utterance(self, slot: int, ctx: _Context, ids: np.ndarray) -> Utterance:
-        p = ctx.prepared
+    def _utterance(self, slot: int, ids: np.ndarray) -> Utterance:
+        p = self.slots.prepared[slot]
+        assert p is not None
         prefix = None
-        if ctx.fresh:
+        if self.slots.fresh[slot]:
             assert p.voice is not None
             dev = self.t3.device
             prefix = self.model.prefix(
@@ -360,46 +390,44 @@ class ChatterboxRunner(ModelRunner):
             )
         return Utterance(slot, prefix, ids, p.sampling, p.key)
 
-    def _result(self, rows: list[int], tokens: dict[int, int], first: set[int]) -> StepResult:
-        n = len(rows)
-        counts = np.zeros(n, np.int64)
-        unit_end = np.zeros(n, bool)
-        finished = np.zeros(n, bool)
-        hit_limit = np.zeros(n, bool)
-        waiting = np.zeros(n, bool)
-        frames: list[int] = []
-        stop, start = self.model.cfg.stop_speech, self.model.cfg.start_speech
-        for row, slot in enumerate(rows):
-            ctx = self.contexts[slot]
-            if ctx is None:
-                finished[row] = True
-                continue
-            token = tokens.get(slot)
-            if token is not None:
-                ctx.last = token
-                ctx.made += 1
-                # The reference never checks an utterance's first token for the stop id.
-                ended = token == stop and slot not in first
-                if token < start:
-                    frames.append(token)
-                    counts[row] += 1
-                full = int(self.t3.position[slot]) + 1 >= self.capacity
-                if not ended and (ctx.made >= ctx.prepared.max_tokens or full):
-                    ended = ctx.hit_limit = True  # reported when the context ends
-                if ended:
-                    ctx.speaking = False
-                    frames.extend(TAIL)
-                    counts[row] += len(TAIL)
-                    unit_end[row] = True
-            done = not ctx.speaking and not ctx.units and ctx.closed
-            finished[row] = done
-            hit_limit[row] = done and ctx.hit_limit
-            waiting[row] = not done and not ctx.speaking and not ctx.units
+    def _result(
+        self, rows: np.ndarray, stepped: np.ndarray, tokens: np.ndarray, started: int
+    ) -> StepResult:
+        """The step's result over arrays: ``stepped`` slots made ``tokens`` (the first
+        ``started`` of them began an utterance with it)."""
+        s = self.slots
+        made = np.zeros((len(stepped), 1 + len(TAIL)), np.int64)
+        keep = np.zeros(made.shape, bool)
+        if len(stepped):
+            s.last[stepped] = tokens
+            s.made[stepped] += 1
+            # The reference never checks an utterance's first token for the stop id.
+            ended = (tokens == self._stop) & (np.arange(len(stepped)) >= started)
+            full = self.t3.position[stepped] + 1 >= self.capacity
+            capped = ~ended & ((s.made[stepped] >= s.max_tokens[stepped]) | full)
+            s.hit_limit[stepped] |= capped  # reported when the context ends
+            ended |= capped
+            s.speaking[stepped[ended]] = False
+            made[:, 0], made[:, 1:] = tokens, TAIL
+            keep[:, 0] = tokens < self._start
+            keep[:, 1:] = ended[:, None]
+        at = np.full(len(s.active), -1, np.int64)
+        at[stepped] = np.arange(len(stepped))
+        where = at[rows]
+        counts = np.zeros(len(rows), np.int64)
+        unit_end = np.zeros(len(rows), bool)
+        has = where >= 0
+        counts[has] = keep[where[has]].sum(axis=1)
+        unit_end[has] = keep[where[has], 1]
+        live = s.active[rows]
+        idle = ~s.speaking[rows] & (s.queued[rows] == 0)
+        done = live & idle & s.closed[rows]
+        finished = ~live | done
         return StepResult(
             counts,
-            np.asarray(frames, np.int64).reshape(-1, 1),
+            made[where[has]][keep[where[has]]].reshape(-1, 1),
             unit_end,
             finished,
-            hit_limit,
-            waiting,
+            done & s.hit_limit[rows],
+            live & ~done & idle,
         )
