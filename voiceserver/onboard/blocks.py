@@ -96,7 +96,7 @@ def llama_decoders(
             if biased
             else "Llama decoder"
         )
-        head_dim = q_norm.shape[0] if q_norm is not None else _config_head_dim(config, q[1])
+        head_dim = q_norm.shape[0] if q_norm is not None else _config_head_dim(config, q[0])
         facts = [f"{len(layers)} layers", f"width {q[1]}", f"MLP {mlp[0]}"]
         if head_dim:
             facts.append(
@@ -121,11 +121,12 @@ def llama_decoders(
     return out
 
 
-def _config_head_dim(config: dict[str, Any], width: int) -> int:
+def _config_head_dim(config: dict[str, Any], query_width: int) -> int:
+    """Head size from config.json (the shapes give only heads x head size)."""
     if isinstance(config.get("head_dim"), int):
         return int(config["head_dim"])
     heads = config.get("num_attention_heads")
-    return width // heads if isinstance(heads, int) and heads else 0
+    return query_width // heads if isinstance(heads, int) and heads else 0
 
 
 def gpt2_decoders(tensors: dict[str, TensorInfo], file: str, config: dict[str, Any]) -> list[Block]:
@@ -182,12 +183,10 @@ def mimi_codecs(tensors: dict[str, TensorInfo], file: str) -> list[Block]:
         )
         if not (has_convs and quantizer):
             continue
-        books = len(
-            {
-                k.split(".")[-3]
-                for k in tensors
-                if "residual_vector_quantizer.layers." in k and k.startswith(prefix)
-            }
+        books = sum(
+            1
+            for k in tensors
+            if k.startswith(f"{prefix}quantizer.") and k.endswith(".codebook.embed_sum")
         )
         out.append(
             Block(
@@ -204,38 +203,36 @@ def mimi_codecs(tensors: dict[str, TensorInfo], file: str) -> list[Block]:
 
 
 def dac_decoders(tensors: dict[str, TensorInfo], file: str) -> list[Block]:
-    """Snake activations (``alpha`` of shape [1, C, 1]) beside transposed convolutions."""
-    alphas: dict[str, int] = defaultdict(int)
-    for key, info in tensors.items():
-        if (
-            key.endswith("alpha")
-            and len(info.shape) == 3
-            and info.shape[0] == 1
-            and info.shape[2] == 1
-        ):
-            alphas[key.split(".")[0] + "."] += 1
-    out = []
-    for prefix, count in sorted(alphas.items()):
-        upsamplers = _by_prefix(
-            {k: v for k, v in tensors.items() if k.startswith(prefix)},
+    """Snake activations (``alpha`` of shape [1, C, 1]) around transposed convolutions:
+    ``block.N.conv_t1`` (Hugging Face's DacModel) or ``model.N.block.M`` (descript's)."""
+    stages = {
+        **_by_prefix(
+            tensors,
             r"block\.(\d+)\.conv_t1\.(?:weight|weight_v|parametrizations\.weight\.original1)",
+        ),
+        **_by_prefix(tensors, r"model\.(\d+)\.block\.\d+\.alpha"),
+    }
+    out = []
+    for prefix, blocks in sorted(stages.items()):
+        snakes = sum(
+            1
+            for key, info in tensors.items()
+            if key.startswith(prefix)
+            and key.endswith("alpha")
+            and len(info.shape) == 3
+            and info.shape[0] == info.shape[2] == 1
         )
-        original = _by_prefix(
-            {k: v for k, v in tensors.items() if k.startswith(prefix)},
-            r"model\.(\d+)\.block\.\d+\.alpha",
-        )
-        if not (upsamplers or original) or count < 3:
+        if snakes < 3:
             continue
-        stages = max((len(v) for v in (*upsamplers.values(), *original.values())), default=0)
         out.append(
             Block(
                 CODEC,
                 "DAC-style decoder",
                 prefix,
                 file,
-                (f"{stages} upsampling blocks", f"{count} Snake activations"),
-                stages,
-                "block.N.conv_t1 / model.N.block.N, *.alpha [1, C, 1] (Snake)",
+                (f"{len(blocks)} upsampling blocks", f"{snakes} Snake activations"),
+                len(blocks),
+                "block.N.conv_t1 (or model.N.block.M), *.alpha [1, C, 1] (Snake)",
             )
         )
     return out
