@@ -454,6 +454,10 @@ class Vocoder(ABC):
     (unless its unit is closed). 0 for causal decoders."""
     left_context: int = 0
     """Frames before a chunk the decoder looks at (window decoders)."""
+    whole_units: int = 0
+    """Not 0: the decoder needs every frame of a unit at once (its attention spans the
+    unit), so a unit is decoded only once it is closed, all of it in view; the value
+    is the most frames a unit holds (the engine's frame buffers hold two)."""
 
     @abstractmethod
     def new_stream(self, conditioning: Any = None) -> Any:

@@ -1,9 +1,8 @@
 """S3Gen behind the Vocoder contract, a whole unit (clause) at a time.
 
 The flow attends over every token of a call, so a clause's audio depends on all
-of its tokens: this stage asks for the whole unit before decoding any of it (a
-right context longer than any utterance makes the engine wait for the unit to
-close) and for all of it as left context. The first chunk of a unit decodes the
+of its tokens: this stage decodes whole units (``Vocoder.whole_units``): the engine
+hands it a unit once it is closed, all of it in view. The first chunk of a unit decodes the
 unit exactly as the reference decodes an utterance and keeps its audio; later
 chunks of the unit are slices of it. Units closing in the same call share one
 batched flow call (the flow is launch-bound: ~1,600 small kernels a call).
@@ -46,8 +45,7 @@ class _Stream:
 class ChatterboxVocoder(Vocoder):
     sample_rate = 24000
     samples_per_frame = SAMPLES_PER_TOKEN
-    left_context = UNIT_TOKENS
-    right_context = UNIT_TOKENS
+    whole_units = UNIT_TOKENS
 
     def __init__(self, s3gen: S3Gen, device: torch.device, dtype: torch.dtype) -> None:
         self.s3gen = s3gen

@@ -128,6 +128,7 @@ class EngineCore:
             runner.max_frames_per_step
             + vocoder.left_context
             + vocoder.right_context
+            + 2 * vocoder.whole_units
             + config.max_chunk_frames
         )
         capacity = 1 << max(6, int(np.ceil(np.log2(2 * needed))))

@@ -90,6 +90,8 @@ class VocoderLoop:
 
     def keep_from(self, streams: np.ndarray) -> np.ndarray:
         """Oldest frame each stream's decoder may still read."""
+        if self.vocoder.whole_units:
+            return self.ring.unit_start[streams]
         return np.maximum(self.emitted[streams] - self.vocoder.left_context, 0)
 
     def drained(self, streams: np.ndarray) -> np.ndarray:
@@ -102,7 +104,10 @@ class VocoderLoop:
         seconds (and newcomers, which have none yet) are decoded."""
         ring = self.ring
         closed = ring.unit_end >= 0
-        end = np.where(closed, ring.unit_end, ring.produced - self.vocoder.right_context)
+        whole = bool(self.vocoder.whole_units)
+        # A whole-unit decoder gets nothing of a unit until it is closed.
+        open_end = self.emitted if whole else ring.produced - self.vocoder.right_context
+        end = np.where(closed, ring.unit_end, open_end)
         decodable = end - self.emitted
         deadline = np.where(np.isnan(self.first_emit), -np.inf, self.first_emit + self.emitted_s)
         ahead = self.emitted_s - (now - self.first_emit)  # nan before the first chunk
@@ -122,8 +127,11 @@ class VocoderLoop:
         available = np.where(
             closed[candidates], ring.unit_end[candidates], ring.produced[candidates]
         )
-        lo = np.maximum(ring.unit_start[candidates], starts - self.vocoder.left_context)
-        hi = np.minimum(available, starts + counts + self.vocoder.right_context)
+        if whole:  # every frame of the unit in view
+            lo, hi = ring.unit_start[candidates], available
+        else:
+            lo = np.maximum(ring.unit_start[candidates], starts - self.vocoder.left_context)
+            hi = np.minimum(available, starts + counts + self.vocoder.right_context)
         state, window = self.state, ring.window
         items = [
             DecodeItem(state[s], window(s, a, b), c - a, b - c - n)
