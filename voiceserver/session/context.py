@@ -31,7 +31,7 @@ class LiveContext:
     """Drives ``stage`` from the event loop: in place or in the encode pool."""
     segmenter: TextSegmenter | None
     """Sentence/clause segmentation, for models that need whole segments."""
-    words: WordStreamer | None
+    streamer: WordStreamer | None
     """Word release, for models that read text while they speak."""
     tracker: RequestTracker
     last_activity: float

@@ -252,9 +252,9 @@ class SpeechSession:
             )
             return
         caps = self.rt.model.capabilities
-        segmenter = words = None
+        segmenter = streamer = None
         if caps.streaming_text:
-            words = WordStreamer()
+            streamer = WordStreamer()
         else:
             buffer = settings.buffer
             seg_config = replace(self.rt.model_config.segmenter, mode=buffer.mode)
@@ -282,7 +282,7 @@ class SpeechSession:
             stage,
             output,
             segmenter,
-            words,
+            streamer,
             tracker,
             time.monotonic(),
         )
@@ -358,8 +358,8 @@ class SpeechSession:
         ctx.chars += len(event.text)
         ctx.last_activity = self.last_activity
         ctx.tracker.text_arrived()
-        if ctx.words is not None:
-            pieces = ctx.words.push(event.text)
+        if ctx.streamer is not None:
+            pieces = ctx.streamer.push(event.text)
             if pieces and (handle := self._engine(ctx)) is not None:
                 for piece in pieces:
                     handle.append(piece)
@@ -397,8 +397,8 @@ class SpeechSession:
         """Everything the context still buffers, as pieces of bounded size, each with
         its offset in the context's text (None: right after the previous piece)."""
         ctx.cancel_timer()
-        if ctx.words is not None:
-            return [(piece, None) for piece in ctx.words.flush()]
+        if ctx.streamer is not None:
+            return [(piece, None) for piece in ctx.streamer.flush()]
         assert ctx.segmenter is not None
         return [(segment.text, segment.char_start) for segment in ctx.segmenter.flush()]
 

@@ -75,11 +75,11 @@ class Utterance:
         self._finished = False
         self._ended = False
         if rt.model.capabilities.streaming_text:
-            self._words: WordStreamer | None = WordStreamer()
+            self._streamer: WordStreamer | None = WordStreamer()
             self._segmenter: TextSegmenter | None = None
         else:
             config = rt.model_config.segmenter.with_split(split)  # type: ignore[arg-type]
-            self._words, self._segmenter = None, TextSegmenter(config)
+            self._streamer, self._segmenter = None, TextSegmenter(config)
         lead = None if live else rt.model_config.engine.offline_max_lead_s
         self.handle = rt.client.open(
             params,
@@ -123,8 +123,8 @@ class Utterance:
     def append(self, text: str) -> None:
         self.chars += len(text)
         self.tracker.text_arrived()
-        if self._words is not None:
-            for piece in self._words.push(text):
+        if self._streamer is not None:
+            for piece in self._streamer.push(text):
                 self.handle.append(piece)
             return
         assert self._segmenter is not None
@@ -151,8 +151,8 @@ class Utterance:
     def _take_rest(self) -> list[tuple[str, int | None]]:
         """What is still buffered, in pieces of bounded size, with each piece's offset
         in the text (None: right after the previous piece)."""
-        if self._words is not None:
-            return [(piece, None) for piece in self._words.flush()]
+        if self._streamer is not None:
+            return [(piece, None) for piece in self._streamer.flush()]
         assert self._segmenter is not None
         return [(segment.text, segment.char_start) for segment in self._segmenter.flush()]
 
