@@ -175,8 +175,8 @@ class ModelConfig:
     sized_engine: tuple[str, ...] = ()
     """Engine settings the YAML leaves to start-up sizing (``auto``; among
     ``SIZED_ENGINE_KEYS``): from the GPU memory free after the weights, or the
-    family's CPU defaults (``voiceserver.sizing``). Until then ``engine`` holds
-    EngineConfig's defaults for them."""
+    family's CPU defaults (``voiceserver.sizing``). Until then ``engine`` holds the
+    family's CPU defaults for them."""
 
 
 def load_model_config(
@@ -222,7 +222,7 @@ def model_config_from_mapping(
         name=data["name"],
         family=data["family"],
         model=model,
-        engine=parse_options(EngineConfig, _fixed(data.get("engine")), "engine"),
+        engine=parse_options(EngineConfig, _fixed(data.get("engine"), data["family"]), "engine"),
         segmenter=parse_options(SegmenterConfig, data.get("segmenter"), "segmenter"),
         checkpoint=Path(checkpoint) if checkpoint else None,
         served_model_names=_names(data.get("served_model_name"), where),
@@ -241,25 +241,36 @@ def _sized(engine: Any) -> tuple[str, ...]:
     return tuple(k for k in SIZED_ENGINE_KEYS if engine.get(k) == "auto")
 
 
-def _fixed(engine: Any) -> Any:
-    """The engine section without its ``auto`` entries."""
+def _fixed(engine: Any, family: str) -> Any:
+    """The engine section with the family's CPU defaults for its ``auto`` entries (what
+    start-up sizing gives on a CPU), so code that builds an engine without sizing gets
+    them too."""
     if not isinstance(engine, Mapping):
         return engine
-    return {k: v for k, v in engine.items() if not (k in SIZED_ENGINE_KEYS and v == "auto")}
+    auto = [k for k in SIZED_ENGINE_KEYS if engine.get(k) == "auto"]
+    if not auto:
+        return engine
+    from models.registry import FAMILIES, sizing_of
+
+    sizing = sizing_of(family) if family in FAMILIES else None
+    if sizing is None:
+        raise ValueError(
+            f"engine.{auto[0]}: auto needs a family that sizes itself "
+            f"({', '.join(k for k, f in FAMILIES.items() if f.sizing)}); give a number"
+        )
+    return {**engine, **{k: getattr(sizing.CPU, k) for k in auto}}
 
 
 def with_engine_overrides(config: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
     """``overrides`` (``--engine KEY=VALUE``) over the config's engine settings; a value
     given is no longer sized, and ``auto`` sizes one (ValueError names a bad key)."""
-    merged = {
-        k: v for k, v in asdict(config.engine).items() if k not in config.sized_engine
-    } | dict(overrides)
+    merged = asdict(config.engine) | dict(overrides)
     sized = tuple(
         k
         for k in SIZED_ENGINE_KEYS
         if merged.get(k) == "auto" or (k in config.sized_engine and k not in overrides)
     )
-    engine = parse_options(EngineConfig, _fixed(merged), "engine")
+    engine = parse_options(EngineConfig, _fixed(merged, config.family), "engine")
     return replace(config, engine=engine, sized_engine=sized)
 
 

@@ -153,16 +153,20 @@ def test_the_cpu_keeps_todays_defaults(config: str, cpu: tuple[int, int, int]) -
 
 def test_engine_auto_parses_and_overrides(tmp_path: Path) -> None:
     path = tmp_path / "m.yaml"
-    path.write_text("name: m\nfamily: tiny\nengine: {max_ar_batch: auto, max_vocoder_batch: 3}\n")
+    path.write_text(
+        "name: m\nfamily: chatterbox\nengine: {max_ar_batch: auto, max_vocoder_batch: 3}\n"
+    )
     config = load_model_config(path)
     assert config.sized_engine == ("max_ar_batch",) and config.engine.max_vocoder_batch == 3
+    # Unsized (a benchmark building its engine from the config): the CPU default.
+    assert config.engine.max_ar_batch == 8
     assert with_engine_overrides(config, {"max_ar_batch": 5}).sized_engine == ()
-    assert with_engine_overrides(config, {"max_vocoder_batch": "auto"}).sized_engine == (
-        "max_ar_batch",
-        "max_vocoder_batch",
-    )
-    with pytest.raises(ValueError, match="auto needs a family that sizes itself"):
-        size_model(config)
+    both = with_engine_overrides(config, {"max_vocoder_batch": "auto"})
+    assert both.sized_engine == ("max_ar_batch", "max_vocoder_batch")
+    assert (both.engine.max_ar_batch, both.engine.max_vocoder_batch) == (8, 4)
+    path.write_text("name: m\nfamily: tiny\nengine: {max_ar_batch: auto}\n")
+    with pytest.raises(ValueError, match="engine.max_ar_batch: auto needs a family that sizes"):
+        load_model_config(path)
     path.write_text("name: m\nfamily: tiny\nengine: {max_ar_batch: lots}\n")
     with pytest.raises(ValueError, match="engine.max_ar_batch must be int"):
         load_model_config(path)
