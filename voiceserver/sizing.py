@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from models.registry import sizing_of
-from models.sizing import Explicit, Plan, Sizes, gib, plan
+from models.sizing import Explicit, Plan, Sizes, SizingError, gib, plan
 from voiceserver.config import ModelConfig
 
 AUTO = "auto"
@@ -103,6 +103,11 @@ def measured_free_bytes(device: str) -> int:
     """Free memory of a CUDA device now (the CUDA context is made first)."""
     import torch
 
+    if not torch.cuda.is_available():
+        raise SizingError(
+            f"device {device}: no CUDA device here (torch {torch.__version__}); plan for one "
+            "with voiceserver onboard --gpu-memory GIB, or serve with --device cpu"
+        )
     free, _total = torch.cuda.mem_get_info(torch.device(device))
     return int(free)
 

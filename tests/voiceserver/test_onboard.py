@@ -273,6 +273,9 @@ def test_usage_errors_are_named(
     assert code == EXIT_USAGE and "exists" in out and taken.read_text() == "keep me"
     code, out = onboard(capsys, tmp_path, "--scaffold", "Bad-Name")
     assert code == EXIT_USAGE and "a family name is lowercase" in out
+    if not torch.cuda.is_available():
+        code, out = onboard(capsys, checkpoints["custom_voice"], "--device", "cuda", "--no-write")
+        assert code == EXIT_USAGE and "no CUDA device here" in out and "--gpu-memory" in out
 
 
 def test_onboard_is_a_voiceserver_subcommand(checkpoints: dict[str, Path], tmp_path: Path) -> None:
