@@ -58,6 +58,8 @@ class ModelInputError(ValueError):
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 """The range of a 64-bit integer field (seeds)."""
+CLONE_VOICE = "clone"
+"""The voice name of a context that brings its own reference audio (or a stored voice)."""
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ from msgspec import Meta
 
 from protocol.codec import decode_tagged, encode_message, message_tags
 from protocol.errors import ProtocolError
-from protocol.messages import LongText, Name, Options, RefText, Speed
+from protocol.messages import INT64_MAX, LongText, Name, Options, RefText, Speed
 
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
@@ -97,7 +97,7 @@ class VllmSessionConfig(_VllmClient, tag="session.config"):
     response_format: ResponseFormat = "wav"
     speed: Speed | None = 1.0
     max_new_tokens: Any = None
-    initial_codec_chunk_frames: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    initial_codec_chunk_frames: Annotated[int, Meta(ge=0, le=INT64_MAX)] | None = None
     non_streaming_mode: Any = None
     ref_audio: str | None = None
     ref_text: RefText | None = None

@@ -18,12 +18,13 @@ import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from models.base import (
+    CLONE_VOICE,
     Capabilities,
     ClonedVoice,
     ModelInputError,
@@ -33,12 +34,14 @@ from models.base import (
     StepResult,
     SynthParams,
 )
+from models.chatterbox.clone import VoiceCloner
 from models.chatterbox.s3gen import Conditioning
 from models.chatterbox.sampling import T3Sampling
 from models.chatterbox.t3 import T3
 from models.chatterbox.t3_slots import T3Slots, Utterance
 from models.chatterbox.text import TextTokenizer, normalize
 from models.chatterbox.vocoder import StreamConditioning
+from models.chatterbox.voice import Voice
 from models.fields import (
     MAX_NEW_TOKENS,
     REF_AUDIO,
@@ -51,9 +54,6 @@ from models.fields import (
 )
 from models.random_draws import key_of
 from models.reference_audio import load_reference_audio
-
-if TYPE_CHECKING:
-    from models.chatterbox.clone import VoiceCloner
 
 SILENCE_TOKEN = 4299
 """S3Gen's silence; the reference ends every utterance with three."""
@@ -76,8 +76,6 @@ REQUEST_FIELDS = (
     replace(REF_AUDIO, doc="audio of a voice to clone (more than 5 s)"),
     REF_AUDIO_SAMPLE_RATE,
 )
-CLONE_VOICE = "clone"
-"""The voice name of a context that brings its own reference audio."""
 CLONE_RATE = 24_000
 
 
@@ -106,17 +104,6 @@ def _stored(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...], 
             param="voice",
             code="unsupported_value",
         )
-
-
-@dataclass(frozen=True)
-class Voice:
-    """What T3 needs of a voice; ``decoder`` is the vocoder's conditioning."""
-
-    speaker: np.ndarray
-    """float32 [256]: the voice encoder's embedding."""
-    prompt: np.ndarray
-    """int64 [P]: the reference's speech tokens."""
-    decoder: Any = None
 
 
 @dataclass

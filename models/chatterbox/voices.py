@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from models.chatterbox.checkpoint import CheckpointError
-from models.chatterbox.runner import Voice
 from models.chatterbox.s3gen import Conditioning
+from models.chatterbox.voice import Voice
 
 BUILTIN_FILE = "conds.pt"
 BUILTIN_VOICE = "default"

@@ -22,6 +22,7 @@ import torch
 
 from models.attention import without_cudnn_attention
 from models.base import (
+    CLONE_VOICE,
     AlignedText,
     Capabilities,
     ClonedVoice,
@@ -57,7 +58,7 @@ from models.qwen3_tts.sampling import SamplingParams, talker_mask
 from models.qwen3_tts.talker import Talker
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoicePrompt
-from models.qwen3_tts.voices import CLONE_VOICE, VoiceResolver
+from models.qwen3_tts.voices import VoiceResolver
 from models.random_draws import key_of
 from models.upload import upload
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from models.base import ModelInputError, SynthParams, VoiceInfo
+from models.base import CLONE_VOICE, ModelInputError, SynthParams, VoiceInfo
 from models.qwen3_tts.config import Qwen3TTSConfig
 from models.qwen3_tts.text_tokenizer import TextTokenizer
 from models.qwen3_tts.voice_clone import VoiceCloner, VoicePrompt
@@ -33,7 +33,6 @@ ISO_LANGUAGES = {
 }
 CLONE_KEYS = ("ref_audio", "ref_text", "x_vector_only", "speaker_embedding", "voice_prompt")
 DESIGN_VOICE = "design"
-CLONE_VOICE = "clone"
 
 
 @dataclass(frozen=True)
