@@ -15,7 +15,6 @@ when something happens to it (it is admitted, fed, or starts an utterance).
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,9 +27,7 @@ from models.base import (
     Capabilities,
     ClonedVoice,
     ModelInputError,
-    ModelRunner,
     Prepared,
-    StepPlan,
     StepResult,
     SynthParams,
 )
@@ -52,6 +49,7 @@ from models.fields import (
     TOP_K,
     TOP_P,
 )
+from models.kit.runner import SlotRunner
 from models.random_draws import key_of
 from models.reference_audio import load_reference_audio
 
@@ -114,52 +112,7 @@ class ChatterboxPrepared(Prepared):
     max_tokens: int = MAX_UTTERANCE_TOKENS
 
 
-class _Slots:
-    """Each slot's context state, one array entry per slot."""
-
-    def __init__(self, slots: int) -> None:
-        self.prepared: list[ChatterboxPrepared | None] = [None] * slots
-        self.units: list[deque[np.ndarray]] = [deque() for _ in range(slots)]
-        """Text units fed and not started yet."""
-        self.active = np.zeros(slots, bool)
-        self.queued = np.zeros(slots, np.int64)
-        """``len(units[slot])``, for decisions over arrays."""
-        self.closed = np.zeros(slots, bool)
-        self.speaking = np.zeros(slots, bool)
-        self.fresh = np.zeros(slots, bool)
-        """No utterance has run yet: the next one carries the voice prefix."""
-        self.last = np.zeros(slots, np.int64)
-        """The last token (what the next step feeds)."""
-        self.made = np.zeros(slots, np.int64)
-        """Tokens of the current utterance."""
-        self.max_tokens = np.zeros(slots, np.int64)
-        self.hit_limit = np.zeros(slots, bool)
-
-    def admit(self, slot: int, prepared: ChatterboxPrepared) -> None:
-        self.prepared[slot] = prepared
-        self.units[slot].clear()
-        self.active[slot], self.fresh[slot] = True, True
-        self.queued[slot] = self.last[slot] = self.made[slot] = 0
-        self.closed[slot] = self.speaking[slot] = self.hit_limit[slot] = False
-        self.max_tokens[slot] = prepared.max_tokens
-
-    def free(self, slot: int) -> None:
-        self.prepared[slot] = None
-        self.units[slot].clear()
-        self.active[slot] = self.speaking[slot] = False
-        self.queued[slot] = 0
-
-    def feed(self, slot: int, units: tuple[np.ndarray, ...], close: bool) -> None:
-        self.units[slot].extend(units)
-        self.queued[slot] = len(self.units[slot])
-        self.closed[slot] |= close
-
-    def next_unit(self, slot: int) -> np.ndarray:
-        self.queued[slot] -= 1
-        return self.units[slot].popleft()
-
-
-class ChatterboxRunner(ModelRunner):
+class ChatterboxRunner(SlotRunner):
     frame_dtype = np.int64
     frame_dim = 1
     max_frames_per_step = 1 + len(TAIL)
@@ -180,6 +133,7 @@ class ChatterboxRunner(ModelRunner):
         ref_audio_seconds: tuple[float, float] = (5.0, 60.0),
         cuda_graphs: bool = True,
     ) -> None:
+        super().__init__(slots)
         self.model = model
         self.tokenizer = tokenizer
         self.voices = dict(voices)
@@ -188,17 +142,22 @@ class ChatterboxRunner(ModelRunner):
         self.max_tokens = max_tokens
         self.t3 = T3Slots(model, slots, capacity, ignore_stop, cuda_graphs)
         self.capacity = capacity
-        self.slots = _Slots(slots)
+        # What each slot's context is doing, beside the runner's active/queued/closed.
+        self.speaking = np.zeros(slots, bool)
+        self.fresh = np.zeros(slots, bool)
+        """No utterance has run yet: the next one carries the voice prefix."""
+        self.last = np.zeros(slots, np.int64)
+        """The last token (what the next step feeds)."""
+        self.made = np.zeros(slots, np.int64)
+        """Tokens of the current utterance."""
+        self.max_tokens_of = np.zeros(slots, np.int64)
+        self.hit_limit = np.zeros(slots, bool)
         self._stop, self._start = model.cfg.stop_speech, model.cfg.start_speech
         self._fields = {f.name: f for f in capabilities.request_fields}
         self.cloner = cloner
         self.ref_audio_seconds = ref_audio_seconds
         # Cloning decodes audio and runs three encoders: not for the event loop.
         self.prepares_inline = cloner is None
-
-    @property
-    def max_slots(self) -> int:
-        return len(self.slots.active)
 
     # -- before the first step ---------------------------------------------------
 
@@ -321,34 +280,36 @@ class ChatterboxRunner(ModelRunner):
 
     # -- stepping ----------------------------------------------------------------
 
-    @torch.no_grad()
-    def execute(self, plan: StepPlan) -> StepResult:
-        slots = self.slots
-        for slot in plan.free.tolist():
-            slots.free(slot)
+    # -- the slot runner's hooks ------------------------------------------------------
+
+    def on_free(self, slots: np.ndarray) -> None:
+        self.speaking[slots] = False
+        for slot in slots.tolist():
             self.t3.release(slot)
-        for admit in plan.admit:
-            assert isinstance(admit.prepared, ChatterboxPrepared)
-            slots.admit(admit.slot, admit.prepared)
-        for feed in plan.feed:
-            if slots.active[feed.slot]:
-                slots.feed(feed.slot, feed.units, feed.close)
-        rows = plan.step
-        live = slots.active[rows]
-        going = rows[live & slots.speaking[rows]]
-        candidates = rows[live & ~slots.speaking[rows] & (slots.queued[rows] > 0)]
+
+    def on_admit(self, slots: np.ndarray, prepared: list[Prepared]) -> None:
+        assert all(isinstance(p, ChatterboxPrepared) for p in prepared)
+        self.fresh[slots], self.speaking[slots], self.hit_limit[slots] = True, False, False
+        self.last[slots] = self.made[slots] = 0
+        self.max_tokens_of[slots] = [p.max_tokens for p in prepared]  # type: ignore[attr-defined]
+
+    @torch.no_grad()
+    def run_step(self, rows: np.ndarray) -> StepResult:
+        live = self.active[rows]
+        going = rows[live & self.speaking[rows]]
+        candidates = rows[live & ~self.speaking[rows] & (self.queued[rows] > 0)]
         starting: list[tuple[int, np.ndarray]] = []
         for slot in candidates.tolist():  # a context starting an utterance: an event
-            ids = slots.next_unit(slot)
+            ids = self.take_unit(slot)
             if self._fits(slot, ids):
                 starting.append((slot, ids))
         parts = []
         first = np.asarray([slot for slot, _ in starting], np.int64)
         if starting:
             parts.append(self.t3.start([self._utterance(slot, ids) for slot, ids in starting]))
-            slots.speaking[first], slots.fresh[first], slots.made[first] = True, False, 0
+            self.speaking[first], self.fresh[first], self.made[first] = True, False, 0
         if len(going):
-            parts.append(self.t3.advance(going.tolist(), slots.last[going]))
+            parts.append(self.t3.advance(going.tolist(), self.last[going]))
         # The step's one device-to-host copy: every new token.
         tokens = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, np.int64)
         return self._result(rows, np.concatenate((first, going)), tokens, len(first))
@@ -356,19 +317,19 @@ class ChatterboxRunner(ModelRunner):
     def _fits(self, slot: int, ids: np.ndarray) -> bool:
         """Whether an utterance's prompt leaves room for a token in the slot; one that
         does not is skipped and the context reports the limit when it ends."""
-        prepared = self.slots.prepared[slot]
-        assert prepared is not None and prepared.voice is not None
+        prepared = self.prepared[slot]
+        assert isinstance(prepared, ChatterboxPrepared) and prepared.voice is not None
         prefix = 1 + len(prepared.voice.prompt)
         if prefix + len(ids) + 2 <= self.capacity:
             return True
-        self.slots.hit_limit[slot] = True
+        self.hit_limit[slot] = True
         return False
 
     def _utterance(self, slot: int, ids: np.ndarray) -> Utterance:
-        p = self.slots.prepared[slot]
-        assert p is not None
+        p = self.prepared[slot]
+        assert isinstance(p, ChatterboxPrepared)
         prefix = None
-        if self.slots.fresh[slot]:
+        if self.fresh[slot]:
             assert p.voice is not None
             dev = self.t3.device
             prefix = self.model.prefix(
@@ -382,23 +343,22 @@ class ChatterboxRunner(ModelRunner):
     ) -> StepResult:
         """The step's result over arrays: ``stepped`` slots made ``tokens`` (the first
         ``started`` of them began an utterance with it)."""
-        s = self.slots
         made = np.zeros((len(stepped), 1 + len(TAIL)), np.int64)
         keep = np.zeros(made.shape, bool)
         if len(stepped):
-            s.last[stepped] = tokens
-            s.made[stepped] += 1
+            self.last[stepped] = tokens
+            self.made[stepped] += 1
             # The reference never checks an utterance's first token for the stop id.
             ended = (tokens == self._stop) & (np.arange(len(stepped)) >= started)
             full = self.t3.position[stepped] + 1 >= self.capacity
-            capped = ~ended & ((s.made[stepped] >= s.max_tokens[stepped]) | full)
-            s.hit_limit[stepped] |= capped  # reported when the context ends
+            capped = ~ended & ((self.made[stepped] >= self.max_tokens_of[stepped]) | full)
+            self.hit_limit[stepped] |= capped  # reported when the context ends
             ended |= capped
-            s.speaking[stepped[ended]] = False
+            self.speaking[stepped[ended]] = False
             made[:, 0], made[:, 1:] = tokens, TAIL
             keep[:, 0] = tokens < self._start
             keep[:, 1:] = ended[:, None]
-        at = np.full(len(s.active), -1, np.int64)
+        at = np.full(len(self.active), -1, np.int64)
         at[stepped] = np.arange(len(stepped))
         where = at[rows]
         counts = np.zeros(len(rows), np.int64)
@@ -406,15 +366,15 @@ class ChatterboxRunner(ModelRunner):
         has = where >= 0
         counts[has] = keep[where[has]].sum(axis=1)
         unit_end[has] = keep[where[has], 1]
-        live = s.active[rows]
-        idle = ~s.speaking[rows] & (s.queued[rows] == 0)
-        done = live & idle & s.closed[rows]
+        live = self.active[rows]
+        idle = ~self.speaking[rows] & (self.queued[rows] == 0)
+        done = live & idle & self.closed[rows]
         finished = ~live | done
         return StepResult(
             counts,
             made[where[has]][keep[where[has]]].reshape(-1, 1),
             unit_end,
             finished,
-            done & s.hit_limit[rows],
+            done & self.hit_limit[rows],
             live & ~done & idle,
         )
