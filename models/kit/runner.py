@@ -38,7 +38,8 @@ class SlotRunner(ModelRunner):
         """No more input will come for the slot's context."""
         self.queued = np.zeros(slots, np.int64)
         """Units fed and not yet taken (``len`` of the slot's queue)."""
-        self._units: list[deque[np.ndarray]] = [deque() for _ in range(slots)]
+        self._units: dict[int, deque[np.ndarray]] = {}
+        """Queued units of the slots that have some (a runner may have 100,000 slots)."""
 
     @property
     def max_slots(self) -> int:
@@ -51,13 +52,13 @@ class SlotRunner(ModelRunner):
             for slot in plan.free.tolist():
                 self.active[slot] = False
                 self.prepared[slot] = None
-                self._units[slot].clear()
+                self._units.pop(slot, None)
                 self.queued[slot] = 0
         if plan.admit:
             slots = np.asarray([a.slot for a in plan.admit], np.int64)
             for admit in plan.admit:
                 self.prepared[admit.slot] = admit.prepared
-                self._units[admit.slot].clear()
+                self._units.pop(admit.slot, None)
             self.active[slots] = True
             self.closed[slots] = False
             self.queued[slots] = 0
@@ -71,14 +72,20 @@ class SlotRunner(ModelRunner):
 
     def on_feed(self, feed: Feed) -> None:
         """Default: queue the units (``take_unit`` hands them out) and note a close."""
-        self._units[feed.slot].extend(feed.units)
-        self.queued[feed.slot] = len(self._units[feed.slot])
+        if feed.units:
+            queue = self._units.setdefault(feed.slot, deque())
+            queue.extend(feed.units)
+            self.queued[feed.slot] = len(queue)
         self.closed[feed.slot] |= feed.close
 
     def take_unit(self, slot: int) -> np.ndarray:
         """The slot's next queued unit (there must be one: ``queued[slot] > 0``)."""
         self.queued[slot] -= 1
-        return self._units[slot].popleft()
+        queue = self._units[slot]
+        unit = queue.popleft()
+        if not queue:
+            del self._units[slot]
+        return unit
 
     # -- hooks --------------------------------------------------------------------
 

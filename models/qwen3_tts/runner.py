@@ -26,8 +26,8 @@ from models.base import (
     AlignedText,
     Capabilities,
     ClonedVoice,
+    Feed,
     ModelInputError,
-    ModelRunner,
     Prepared,
     StepPlan,
     StepResult,
@@ -37,6 +37,7 @@ from models.base import (
 )
 from models.kernels.paged_decode import kernel_available
 from models.kit.graphed import GraphedRows
+from models.kit.runner import SlotRunner
 from models.kit.sampler import (
     KEY_COLUMN,
     Rows,
@@ -122,7 +123,7 @@ _PAD_ROW, _EOS_ROW = -1, -2
 """Text-track items of a batch that are not token ids."""
 
 
-class Qwen3Runner(ModelRunner):
+class Qwen3Runner(SlotRunner):
     frame_dtype = np.int64
     max_frames_per_step = 1
     encodes_inline = True
@@ -139,6 +140,7 @@ class Qwen3Runner(ModelRunner):
     ) -> None:
         """``prime(ref_codes)`` makes a clone's decoder conditioning while preparing
         (the vocoder's primed stream); without it the codes themselves are passed."""
+        super().__init__(settings.max_contexts)
         self.cfg = cfg
         self._prime = prime
         self.talker = talker
@@ -214,10 +216,6 @@ class Qwen3Runner(ModelRunner):
             self.frames.capture()
             if self.prefill is not None:
                 self.prefill.capture()
-
-    @property
-    def max_slots(self) -> int:
-        return self.settings.max_contexts
 
     # -- voices ------------------------------------------------------------------
 
@@ -364,27 +362,34 @@ class Qwen3Runner(ModelRunner):
     @torch.no_grad()
     def execute(self, plan: StepPlan) -> StepResult:
         with without_cudnn_attention():
-            return self._execute(plan)
+            return super().execute(plan)
 
-    def _execute(self, plan: StepPlan) -> StepResult:
-        for slot in plan.free.tolist():
+    # -- the slot runner's hooks ------------------------------------------------------
+
+    def on_free(self, slots: np.ndarray) -> None:
+        for slot in slots.tolist():
             self._release(slot)
+
+    def on_admit(self, slots: np.ndarray, prepared: list[Prepared]) -> None:
         admitted = []
-        for admit in plan.admit:
-            assert isinstance(admit.prepared, Qwen3Prepared)
-            self._admit(admit.slot, admit.prepared)
-            admitted.append((admit.slot, admit.prepared.sampling, admit.prepared.key))
-        if admitted:
-            self._store_settings(admitted)
-        for feed in plan.feed:
-            ctx = self.slots[feed.slot]
-            if ctx is None:
-                continue
-            words = [w.tolist() for w in feed.words] if feed.words else None
-            ctx.feed([unit.tolist() for unit in feed.units], words)
-            if feed.close:
-                ctx.close_input()
-        return self._step(plan.step)
+        for slot, p in zip(slots.tolist(), prepared, strict=True):
+            assert isinstance(p, Qwen3Prepared)
+            self._admit(slot, p)
+            admitted.append((slot, p.sampling, p.key))
+        self._store_settings(admitted)
+
+    def on_feed(self, feed: Feed) -> None:
+        """Tokens go onto the context's text track (with its words' token ranges)."""
+        ctx = self.slots[feed.slot]
+        if ctx is None:
+            return
+        words = [w.tolist() for w in feed.words] if feed.words else None
+        ctx.feed([unit.tolist() for unit in feed.units], words)
+        if feed.close:
+            ctx.close_input()
+
+    def run_step(self, rows: np.ndarray) -> StepResult:
+        return self._step(rows)
 
     def _admit(self, slot: int, prepared: Qwen3Prepared) -> None:
         dev = self.device
