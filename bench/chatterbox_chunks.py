@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from models.chatterbox.flow import Flow
-from models.chatterbox.hift import draw_source_noise, load_hift
+from models.blocks.flow import Flow
+from models.blocks.hift import draw_source_noise, load_hift
 from models.chatterbox.voices import load_builtin
 
 

@@ -7,5 +7,9 @@
   QKV, GELU MLP), names as GPT-2 checkpoints spell them (Chatterbox's T3);
 - :mod:`models.blocks.paged`: the decoder layer loop over the paged KV cache, for a
   prompt (padded rows) and for one position per row (graph-capturable), shared by
-  both decoders.
+  both decoders;
+- :mod:`models.blocks.flow`: a conditional (mean-)flow-matching mel decoder over
+  speech tokens (CosyVoice's lineage: Chatterbox's S3Gen flow);
+- :mod:`models.blocks.hift`: HiFT, a neural-source-filter iSTFT vocoder, mel ->
+  24 kHz (S3Gen's ``mel2wav``).
 """

@@ -42,9 +42,9 @@ def load_t3(directory: Path, device: torch.device, dtype: torch.dtype) -> T3:
 def check_weights(directory: Path) -> list[WeightReport]:
     """The strict check of every weight file against the modules the loader builds,
     from the files' headers and modules built on the meta device (nothing is loaded)."""
+    from models.blocks.flow import Flow
+    from models.blocks.hift import HiFT
     from models.chatterbox.campplus import CAMPPlus
-    from models.chatterbox.flow import Flow
-    from models.chatterbox.hift import HiFT
     from models.chatterbox.loader import S3GEN_FILE
     from models.chatterbox.s3_tokenizer import S3Tokenizer
     from models.chatterbox.voice_encoder import VE_FILE, VoiceEncoder

@@ -11,11 +11,11 @@ import torch
 from safetensors.torch import load_file
 
 from models.base import Capabilities, LoadedModel, VoiceInfo, parse_options
+from models.blocks.flow import Flow
+from models.blocks.hift import load_hift
 from models.chatterbox.campplus import load_campplus
 from models.chatterbox.checkpoint import CheckpointError, load_t3, load_weights
 from models.chatterbox.clone import VoiceCloner
-from models.chatterbox.flow import Flow
-from models.chatterbox.hift import load_hift
 from models.chatterbox.runner import (
     CLONE_VOICE,
     DEFAULT_SAMPLING,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from models.chatterbox.flow import MELS, Flow, FlowRow
-from models.chatterbox.hift import SAMPLE_RATE, HiFT, SourceNoise, draw_source_noise
+from models.blocks.flow import MELS, Flow, FlowRow
+from models.blocks.hift import SAMPLE_RATE, HiFT, SourceNoise, draw_source_noise
 
 FADE_SAMPLES = SAMPLE_RATE // 50
 """20 ms: silenced at the start of an utterance, then as long a fade-in."""

@@ -73,9 +73,9 @@ def qwen3(out: Path, size: str = "1b7", variant: str = "custom_voice") -> Path:
 
 def chatterbox(out: Path) -> Path:
     """A Chatterbox Turbo directory with its published shapes (T3: GPT-2 medium)."""
+    from models.blocks.flow import Flow
+    from models.blocks.hift import HiFT
     from models.chatterbox.campplus import CAMPPlus
-    from models.chatterbox.flow import Flow
-    from models.chatterbox.hift import HiFT
     from models.chatterbox.s3_tokenizer import S3Tokenizer
     from models.chatterbox.t3 import T3, T3Config
     from models.chatterbox.voice_encoder import VoiceEncoder

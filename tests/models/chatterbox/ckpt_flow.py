@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from models.chatterbox.flow import Flow
+from models.blocks.flow import Flow
 
 
 def flow_tensors(seed: int) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from models.chatterbox.hift import PREFIX, HiFT
+from models.blocks.hift import PREFIX, HiFT
 
 S3GEN_FILE = "s3gen_meanflow.safetensors"
 

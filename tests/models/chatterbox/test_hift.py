@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from models.chatterbox.hift import FRAME_SAMPLES, VOICED_THRESHOLD, draw_source_noise, load_hift
+from models.blocks.hift import FRAME_SAMPLES, VOICED_THRESHOLD, draw_source_noise, load_hift
 from tests.models.chatterbox.ckpt_hift import S3GEN_FILE, build_mel2wav, mel2wav_tensors
 from tests.models.chatterbox.reference import run_reference
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from models.chatterbox.flow import Flow
-from models.chatterbox.hift import load_hift
+from models.blocks.flow import Flow
+from models.blocks.hift import load_hift
 from models.chatterbox.s3gen import Conditioning, S3Gen, draw_utterance_noise
 from tests.models.chatterbox.ckpt_flow import flow_tensors
 from tests.models.chatterbox.ckpt_hift import mel2wav_tensors

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
-from models.chatterbox.checkpoint import load_weights
+from models.checkpoint import load_weights
 
 SAMPLE_RATE = 24000
 FRAME_SAMPLES = 480
