@@ -31,10 +31,10 @@ from models.chatterbox.text import load_text_tokenizer
 from models.chatterbox.vocoder import ChatterboxVocoder
 from models.chatterbox.voice_encoder import load_voice_encoder
 from models.chatterbox.voices import BUILTIN_VOICE, load_builtin
+from models.dtypes import DTYPES
 from models.fields import with_defaults
 
 S3GEN_FILE = "s3gen_meanflow.safetensors"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,10 @@ def memory_profile(checkpoint: Path, options: Mapping[str, Any]) -> MemoryProfil
     """The profile of the checkpoint at ``checkpoint`` served with model ``options``."""
     from models.base import parse_options
     from models.chatterbox.checkpoint import T3_FILE
-    from models.chatterbox.loader import DTYPES, S3GEN_FILE, ChatterboxOptions
+    from models.chatterbox.loader import S3GEN_FILE, ChatterboxOptions
     from models.chatterbox.t3 import UNUSED_KEYS
     from models.chatterbox.voice_encoder import VE_FILE
+    from models.dtypes import DTYPES
 
     opts = parse_options(ChatterboxOptions, options, "model")
     itemsize = DTYPES[opts.dtype].itemsize

@@ -12,6 +12,7 @@ import torch
 
 from models.base import Capabilities, LoadedModel, parse_options
 from models.blocks.llama import RMSNorm
+from models.dtypes import DTYPES
 from models.paged_kv import PagedKVCache
 from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json, weight_prefixes
 from models.qwen3_tts.config import (
@@ -31,8 +32,6 @@ from models.qwen3_tts.voice_clone import VoiceCloner
 from models.qwen3_tts.voices import VoiceResolver
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)

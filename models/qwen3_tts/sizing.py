@@ -44,10 +44,11 @@ def memory_profile(checkpoint: Path, options: Mapping[str, Any]) -> MemoryProfil
     import torch
 
     from models.base import parse_options
+    from models.dtypes import DTYPES
     from models.qwen3_tts.checkpoint import weight_files, weight_prefixes
     from models.qwen3_tts.code2wav import Code2Wav
     from models.qwen3_tts.config import parse_config, parse_speech_tokenizer_config
-    from models.qwen3_tts.loader import DTYPES, Qwen3Options
+    from models.qwen3_tts.loader import Qwen3Options
 
     opts = parse_options(Qwen3Options, options, "model")
     itemsize = DTYPES[opts.dtype].itemsize

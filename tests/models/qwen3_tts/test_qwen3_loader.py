@@ -12,8 +12,9 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from models.base import parse_options
+from models.dtypes import DTYPES
 from models.qwen3_tts.config import CheckpointError
-from models.qwen3_tts.loader import DTYPES, Qwen3Options, load
+from models.qwen3_tts.loader import Qwen3Options, load
 from models.qwen3_tts.text_tokenizer import load_text_tokenizer, uses_mistral_pattern
 
 OPTS = {"max_contexts": 1, "kv_capacity": 64}
