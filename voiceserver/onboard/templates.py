@@ -87,34 +87,36 @@ RUNNER = '''"""SKELETON (voiceserver onboard --scaffold): the AR stage of $title
 What onboard guessed of the checkpoint's stages:
 $layout
 
-The kit's slot runner is being built: this class will subclass it instead of
-``ModelRunner`` directly, keeping these methods' contracts (models/base.py). Each
-method raises NotImplementedError saying what to write; delete ``SKELETON`` once
-they are written, and the tests in tests/models/$name/ stop skipping.
+Built on the family kit (docs/adding-a-model.md): ``SlotRunner`` applies each plan
+(free, admit, feed, step) and keeps which slots hold a context and the units each
+was fed; this class writes the hooks. The per-slot device state goes in
+``models.kit.tables.SlotTables``, sampling in ``models.kit.sampler``, the one-step
+function in ``models.kit.graphed.GraphedRows`` (CUDA graphs per batch bucket), and
+the decoder is a shared block where one fits (``models.blocks.llama`` / ``gpt2``
+over the paged KV cache). Each method raises NotImplementedError saying what to
+write; delete ``SKELETON`` once they are written, and the tests in
+tests/models/$name/ stop skipping.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from models.base import Capabilities, ModelRunner, Prepared, StepPlan, StepResult, SynthParams
+from models.base import Capabilities, Prepared, StepResult, SynthParams
+from models.kit.runner import SlotRunner
 
 SKELETON = True
 """This runner is not written yet (the tests skip while this is here)."""
 
 
-class ${camel}Runner(ModelRunner):
+class ${camel}Runner(SlotRunner):
     frame_dtype = np.int64
     """numpy dtype of a frame row: int64 codec codes, float32 latents."""
 
     def __init__(self, capabilities: Capabilities, max_contexts: int, frame_dim: int) -> None:
+        super().__init__(max_contexts)
         self.capabilities = capabilities
         self.frame_dim = frame_dim
-        self._max_contexts = max_contexts
-
-    @property
-    def max_slots(self) -> int:
-        return self._max_contexts
 
     def validate(self, params: SynthParams) -> None:
         raise NotImplementedError(
@@ -133,11 +135,22 @@ class ${camel}Runner(ModelRunner):
             "encode_text: the tokenizer's ids for a text segment, as units (int64 arrays)"
         )
 
-    def execute(self, plan: StepPlan) -> StepResult:
+    def on_free(self, slots: np.ndarray) -> None:
         raise NotImplementedError(
-            "execute: free plan.free's slots, admit plan.admit's (prefill their prompts "
-            "into their KV slots), feed plan.feed's text, then one batched step of "
-            "plan.step's slots: one frame each, copied to the host once"
+            "on_free: release what these slots hold (their KV blocks: PagedKVCache.release)"
+        )
+
+    def on_admit(self, slots: np.ndarray, prepared: list[Prepared]) -> None:
+        raise NotImplementedError(
+            "on_admit: write the new contexts' settings into the slot tables in one go "
+            "(SlotSampler.admit, SlotTables.store) and note what their prompts hold"
+        )
+
+    def run_step(self, rows: np.ndarray) -> StepResult:
+        raise NotImplementedError(
+            "run_step: one batched step of these slots (a prompt's prefill for newcomers, "
+            "take_unit for the next input), one device-to-host copy, then the StepResult "
+            "over arrays: frames, counts, unit ends, finished, hit_limit, waiting"
         )
 '''
 
