@@ -52,7 +52,7 @@ from models.kit.sampler import (
 from models.kit.tables import Column, SlotTables
 from models.paged_kv import PagedKVCache
 from models.qwen3_tts.config import Qwen3TTSConfig
-from models.qwen3_tts.context import Phase, Qwen3Context
+from models.qwen3_tts.context import EOS_ITEM, PAD_ITEM, Phase, Qwen3Context, Qwen3Slots
 from models.qwen3_tts.params import WHOLE_TEXT_STREAMING, RequestSettings, settings_from
 from models.qwen3_tts.prompt import PromptBuilder, PromptSpec
 from models.qwen3_tts.sampling import SamplingParams, talker_mask
@@ -119,10 +119,6 @@ class Qwen3Prepared(Prepared):
     """The context's random key: its seed's, or a fresh one."""
 
 
-_PAD_ROW, _EOS_ROW = -1, -2
-"""Text-track items of a batch that are not token ids."""
-
-
 class Qwen3Runner(SlotRunner):
     frame_dtype = np.int64
     max_frames_per_step = 1
@@ -167,7 +163,8 @@ class Qwen3Runner(SlotRunner):
             self.dtype,
             self.device,
         )
-        self.slots: list[Qwen3Context | None] = [None] * slots
+        self.state = Qwen3Slots(slots)
+        """Each slot's host state, in arrays (``models.qwen3_tts.context``)."""
         role = tokenizer.encode(f"<|im_start|>assistant\n")  # noqa: F541 (the template)
         if len(role) != 3 or role[0] != cfg.im_start_id:
             raise ValueError(
@@ -189,9 +186,11 @@ class Qwen3Runner(SlotRunner):
                 **KEY_COLUMN,
                 **SlotSampler.columns("talker", vocab, penalty=True),
                 **SlotSampler.columns("sub", sub_vocab, penalty=False),
-                # Each slot's last talker hidden state and code 0 (its next frame's start).
+                # Each slot's last talker hidden state and code 0 (its next frame's start),
+                # and the embedding sum of a frame waiting for its text-track item.
                 "hidden": Column(self.dtype, (stack.hidden_size,)),
                 "code0": Column(torch.long),
+                "frame_embed": Column(self.dtype, (stack.hidden_size,)),
             },
         )
         self.talker_sampler = SlotSampler(self.tables, "talker", vocab, penalty=True)
@@ -200,7 +199,7 @@ class Qwen3Runner(SlotRunner):
         )
         graphs = settings.cuda_graphs and kernel_available(dev)
         scratch = self.cache.scratch_slot
-        self.frames = GraphedRows(self._frame, (scratch, 0, _PAD_ROW, 0), dev, slots, graphs=graphs)
+        self.frames = GraphedRows(self._frame, (scratch, 0, PAD_ITEM, 0), dev, slots, graphs=graphs)
         self.prefill: GraphedRows | None = None
         if graphs and settings.graph_prefill_rows > 0:
             self.prefill = GraphedRows(
@@ -380,13 +379,13 @@ class Qwen3Runner(SlotRunner):
 
     def on_feed(self, feed: Feed) -> None:
         """Tokens go onto the context's text track (with its words' token ranges)."""
-        ctx = self.slots[feed.slot]
+        ctx = self.state.contexts[feed.slot]
         if ctx is None:
             return
         words = [w.tolist() for w in feed.words] if feed.words else None
         ctx.feed([unit.tolist() for unit in feed.units], words)
         if feed.close:
-            ctx.close_input()
+            self.state.input_closed[feed.slot] = True
 
     def run_step(self, rows: np.ndarray) -> StepResult:
         return self._step(rows)
@@ -415,16 +414,15 @@ class Qwen3Runner(SlotRunner):
         head = self.prompts.head(spec)
         ctx = Qwen3Context(
             slot,
+            self.state,
             spec,
             prepared.sampling,
-            prepared.max_frames,
             head,
-            None,
             whole_text if streaming is None else None,
         )
+        self.state.open(ctx, prepared.max_frames)
         if streaming is not None:
             self._set_mode(ctx, streaming)
-        self.slots[slot] = ctx
 
     def _store_settings(self, admitted: list[tuple[int, SamplingParams, int]]) -> None:
         """The admitted slots' keys and sampling settings into the slot tables (batched:
@@ -442,86 +440,94 @@ class Qwen3Runner(SlotRunner):
                 ctx.queue_prompt_text(ctx.spec.ref_text_ids)
 
     def _release(self, slot: int) -> None:
-        ctx = self.slots[slot]
-        if ctx is not None:
-            ctx.finish(ctx.hit_limit)
-        self.slots[slot] = None
+        self.state.close(slot)
         self.cache.release(slot)
 
-    def _reserve(self, wanted: list[tuple[Qwen3Context, int]]) -> None:
-        """KV blocks for each context up to its new end; a context that cannot get them
-        (the pool is spent, or past the capacity) ends as if it hit its frame cap."""
-        failed = set(self.cache.reserve([(ctx.slot, end) for ctx, end in wanted]))
-        for ctx, _ in wanted:
-            if ctx.slot in failed:
-                ctx.finish(hit_limit=True)
+    def _reserve(self, slots: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """KV blocks for each slot up to its new end; a context that cannot get them
+        (the pool is spent, or past the capacity) ends as if it hit its frame cap.
+        Returns the slots that got them."""
+        if not len(slots):
+            return slots
+        failed = self.cache.reserve(list(zip(slots.tolist(), ends.tolist(), strict=True)))
+        if not failed:
+            return slots
+        self.state.finish(np.asarray(failed, np.int64), True)
+        return slots[~np.isin(slots, failed)]
 
-    def _step(self, slots: np.ndarray) -> StepResult:
-        contexts = [self.slots[s] for s in slots.tolist()]
-        live = [c for c in contexts if c is not None and c.has_work]
+    def _step(self, rows: np.ndarray) -> StepResult:
+        """One step of ``rows``: prompts that can run, graphed frames for the steady
+        decoding slots, and for the others the residual codes and a talker position;
+        decisions and updates over the slot arrays, with one device-to-host copy."""
+        st = self.state
+        active = self.active[rows]
+        decoding = rows[active & (st.phase[rows] == Phase.DECODE)]
+        prompting = [
+            ctx
+            for slot in rows[active & (st.phase[rows] == Phase.PROMPT)].tolist()
+            if (ctx := st.contexts[slot]) is not None and ctx.has_work
+        ]
+        steady = self._steady(decoding)
         hidden_rows: list[torch.Tensor] = []
-        sampled: list[Qwen3Context] = []
-        steady = self._steady(live)
-        prompted = self._prompts([c for c in live if c.phase is Phase.PROMPT])
+        sampled: list[np.ndarray] = []
+        prompted = self._prompts(prompting)
         if prompted is not None:
-            sampled, hidden = prompted
+            done, hidden = prompted
+            sampled.append(done)
             hidden_rows.append(hidden)
         replayed, graphed = self._replay(steady)
-        predicting = [c for c in live if c.pending_code0 is not None]
+        predicting = decoding[st.code0_pending[decoding]]
         codes = self._predict(predicting)
-        advancing = [c for c in live if c.pending_frame is not None and c.track_ready]
-        hidden = self._advance(advancing)
+        advancing = decoding[st.frame_pending[decoding] & st.track_ready(decoding)]
+        advanced, hidden = self._advance(advancing)
         if hidden is not None:
             hidden_rows.append(hidden)
-            sampled.extend(c for c in advancing if c.phase is not Phase.DONE)
-        code0 = self._sample_code0(sampled, torch.cat(hidden_rows)) if sampled else None
+            sampled.append(advanced)
+        chosen = np.concatenate(sampled) if sampled else np.zeros(0, np.int64)
+        code0 = self._sample_code0(chosen, torch.cat(hidden_rows)) if len(chosen) else None
         # The step's only device-to-host copy: its frames and its new codes 0.
         parts = [t.reshape(-1) for t in (codes, code0, graphed) if t is not None]
         host = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, np.int64)
         groups = self.frame_dim
         frames = host[: len(predicting) * groups].reshape(len(predicting), groups)
-        made = {id(c): frames[i : i + 1] for i, c in enumerate(predicting)}
         at = len(predicting) * groups
-        self._take_code0(sampled, host[at : at + len(sampled)])
-        if replayed:
-            rows = host[at + len(sampled) :].reshape(len(replayed), groups + 1)
-            made.update({id(c): rows[i : i + 1, :groups] for i, c in enumerate(replayed)})
-            self._take_code0(replayed, rows[:, groups])
-        return self._result(contexts, made)
+        self._take_code0(chosen, host[at : at + len(chosen)])
+        made_slots, made_frames = [predicting], [frames]
+        if len(replayed):
+            replay_rows = host[at + len(chosen) :].reshape(len(replayed), groups + 1)
+            made_slots.append(replayed)
+            made_frames.append(replay_rows[:, :groups])
+            self._take_code0(replayed, replay_rows[:, groups])
+        return self._result(rows, np.concatenate(made_slots), np.concatenate(made_frames))
 
     # -- the graphed frame -------------------------------------------------------
 
-    def _steady(self, live: list[Qwen3Context]) -> list[Qwen3Context]:
-        """Contexts whose whole frame (residual codes, one talker position, the next
-        code 0) can run in the captured graph: decoding, text item known, not ending
-        on this frame."""
-        if self.frames.graphs is None:
-            return []
-        return [
-            c
-            for c in live
-            if c.phase is Phase.DECODE
-            and c.pending_code0 is not None
-            and c.pending_frame is None
-            and c.track_ready
-            and c.frames + 1 < c.max_frames
-        ]
+    def _steady(self, decoding: np.ndarray) -> np.ndarray:
+        """Decoding slots whose whole frame (residual codes, one talker position, the
+        next code 0) can run in the captured graph: a code 0 pending, no frame waiting,
+        text-track item known, not ending on this frame."""
+        if self.frames.graphs is None or not len(decoding):
+            return decoding[:0]
+        st = self.state
+        ok = st.code0_pending[decoding] & ~st.frame_pending[decoding]
+        ok &= st.track_ready(decoding) & (st.frames[decoding] + 1 < st.max_frames[decoding])
+        return decoding[ok]
 
-    def _replay(self, steady: list[Qwen3Context]) -> tuple[list[Qwen3Context], torch.Tensor | None]:
-        """Run the steady contexts' frames as graph replays; the host side of each frame
-        is done here, the device's comes back with the step's copy."""
-        self._reserve([(c, c.position + 1) for c in steady])
-        steady = [c for c in steady if c.phase is not Phase.DONE]
-        if not steady:
-            return [], None
+    def _replay(self, steady: np.ndarray) -> tuple[np.ndarray, torch.Tensor | None]:
+        """Run the steady slots' frames as graph replays; the host side of each frame is
+        done here over arrays, the device's comes back with the step's copy."""
+        st = self.state
+        steady = self._reserve(steady, st.position[steady] + 1)
+        if not len(steady):
+            return steady, None
+        st.frames[steady] += 1
+        st.code0_pending[steady] = False
         rows = np.empty((len(steady), 4), np.int64)
-        for i, ctx in enumerate(steady):
-            ctx.frames += 1
-            ctx.pending_code0 = None
-            item = ctx.next_track()
-            track = _EOS_ROW if item == "eos" else _PAD_ROW if item == "pad" else item
-            rows[i] = (ctx.slot, ctx.position, track, ctx.generated < MIN_NEW_TOKENS)
-            ctx.position += 1
+        rows[:, 0] = steady
+        rows[:, 1] = st.position[steady]
+        rows[:, 2] = st.next_items(steady)
+        rows[:, 3] = st.generated[steady] < MIN_NEW_TOKENS
+        st.position[steady] += 1
         return steady, self.frames(rows)
 
     def _frame(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -580,9 +586,7 @@ class Qwen3Runner(SlotRunner):
         self.tables["code0"].index_copy_(0, slots, ids)
         return ids
 
-    def _prompts(
-        self, contexts: list[Qwen3Context]
-    ) -> tuple[list[Qwen3Context], torch.Tensor] | None:
+    def _prompts(self, contexts: list[Qwen3Context]) -> tuple[np.ndarray, torch.Tensor] | None:
         """Run what can run of each context's prompt, all in one padded talker call;
         the contexts whose prompt is now complete, with their last hidden states [B, H]."""
         batch: list[tuple[Qwen3Context, torch.Tensor, bool]] = []
@@ -595,8 +599,11 @@ class Qwen3Runner(SlotRunner):
                 ctx.finish(hit_limit=True)
                 continue
             batch.append((ctx, rows, complete))
-        self._reserve([(ctx, ctx.position + rows.shape[0]) for ctx, rows, _ in batch])
-        batch = [item for item in batch if item[0].phase is not Phase.DONE]
+        got = self._reserve(
+            np.asarray([ctx.slot for ctx, _, _ in batch], np.int64),
+            np.asarray([ctx.position + rows.shape[0] for ctx, rows, _ in batch], np.int64),
+        )
+        batch = [item for item in batch if item[0].slot in got]
         if not batch:
             return None
         counts = [rows.shape[0] for _, rows, _ in batch]
@@ -606,17 +613,17 @@ class Qwen3Runner(SlotRunner):
         else:
             hidden = self._prompt_rows_padded(batch, counts)
             ends = np.arange(len(batch)) * max(counts) + np.asarray(counts) - 1
-        done: list[Qwen3Context] = []
+        done: list[int] = []
         last: list[int] = []
         for row, (ctx, _, complete) in enumerate(batch):
             ctx.position += counts[row]
             if complete:
                 ctx.phase = Phase.DECODE
-                done.append(ctx)
+                done.append(ctx.slot)
                 last.append(int(ends[row]))
         if not done:
             return None
-        return done, hidden[upload(last, self.device)]
+        return np.asarray(done, np.int64), hidden[upload(last, self.device)]
 
     def _prompt_rows_padded(
         self, batch: list[tuple[Qwen3Context, torch.Tensor, bool]], counts: list[int]
@@ -673,117 +680,122 @@ class Qwen3Runner(SlotRunner):
             rows.append(ctx.head)
             ctx.head = None
         if not ctx.spec.streaming:
-            text = list(ctx.text)
-            ctx.text.clear()
-            ctx.eos_sent = True
+            text = self.state.pop_all(ctx.slot)
+            self.state.eos_sent[ctx.slot] = True
             rows.append(self.prompts.non_streaming_tail(ctx.spec, text))
             complete = True
         else:
             assert ctx.aligned is not None
+            one = np.asarray([ctx.slot], np.int64)
             while ctx.aligned_left and ctx.track_ready:
-                rows.append((ctx.aligned[ctx.aligned_used] + self._track_row(ctx))[None])
+                rows.append((ctx.aligned[ctx.aligned_used] + self._track_rows(one))[None][0])
                 ctx.aligned_used += 1
             complete = ctx.aligned_left == 0
         if not rows:
             return None
         return torch.cat(rows), complete
 
-    def _track_row(self, ctx: Qwen3Context) -> torch.Tensor:
-        return self._track_rows([ctx])[0]
-
-    def _track_rows(self, contexts: list[Qwen3Context]) -> torch.Tensor:
-        """Each context's next text-track row, [B, H], in one batch whatever each holds."""
-        items = [c.next_track() for c in contexts]
-        if all(item == "pad" for item in items):
+    def _track_rows(self, slots: np.ndarray) -> torch.Tensor:
+        """Each slot's next text-track row, [B, H], taken off its track in one batch."""
+        items = self.state.next_items(slots)
+        if (items == PAD_ITEM).all():
             return self.prompts.tts_pad.expand(len(items), -1)
-        ids = [_EOS_ROW if i == "eos" else _PAD_ROW if i == "pad" else i for i in items]
-        return self._track_of(upload(ids, self.device))
+        return self._track_of(upload(items, self.device))
 
     def _track_of(self, ids: torch.Tensor) -> torch.Tensor:
-        """Text-track rows [B, H] of items [B]: token ids, ``_PAD_ROW`` or ``_EOS_ROW``."""
+        """Text-track rows [B, H] of items [B]: token ids, ``PAD_ITEM`` or ``EOS_ITEM``."""
         text = self.prompts.text_rows(ids.clamp(min=0))
-        rows = torch.where((ids == _PAD_ROW)[:, None], self.prompts.tts_pad, text)
-        return torch.where((ids == _EOS_ROW)[:, None], self.prompts.tts_eos, rows)
+        rows = torch.where((ids == PAD_ITEM)[:, None], self.prompts.tts_pad, text)
+        return torch.where((ids == EOS_ITEM)[:, None], self.prompts.tts_eos, rows)
 
-    def _predict(self, contexts: list[Qwen3Context]) -> torch.Tensor | None:
-        """The whole frame of every context holding a code 0: [B, groups]."""
-        if not contexts:
+    def _predict(self, slots: np.ndarray) -> torch.Tensor | None:
+        """The whole frame of every slot holding a code 0: [B, groups]; the frame's
+        embedding sum waits in ``frame_embed`` for its text-track item."""
+        if not len(slots):
             return None
-        slots = upload([c.slot for c in contexts], self.device)
-        rows = self.sub_sampler.rows(slots, [_sub(c.sampling) for c in contexts])
-        hidden, code0 = self.tables["hidden"][slots], self.tables["code0"][slots]
-        codes = self._residual_codes(slots, hidden, code0, rows, False)
-        embeds = self.talker.frame_embed(codes)
-        for row, ctx in enumerate(contexts):
-            ctx.frames += 1
-            ctx.pending_code0 = None
-            if ctx.frames >= ctx.max_frames:
-                ctx.finish(hit_limit=True)
-            else:
-                ctx.pending_frame = embeds[row]
+        st = self.state
+        index = upload(slots, self.device)
+        rows = self.sub_sampler.rows(index, self._settings_of(slots, _sub))
+        hidden, code0 = self.tables["hidden"][index], self.tables["code0"][index]
+        codes = self._residual_codes(index, hidden, code0, rows, False)
+        self.tables["frame_embed"].index_copy_(0, index, self.talker.frame_embed(codes))
+        st.frames[slots] += 1
+        st.code0_pending[slots] = False
+        capped = st.frames[slots] >= st.max_frames[slots]
+        st.finish(slots[capped], True)
+        st.frame_pending[slots[~capped]] = True
         return codes
 
-    def _advance(self, contexts: list[Qwen3Context]) -> torch.Tensor | None:
-        """One talker position for each context: final hidden states [B', H]."""
-        self._reserve([(c, c.position + 1) for c in contexts])
-        live = [c for c in contexts if c.phase is not Phase.DONE]
-        if not live:
-            return None
-        frames = torch.stack([c.pending_frame for c in live])  # type: ignore[misc]
-        embeds = frames + self._track_rows(live)
-        slots = upload([c.slot for c in live], self.device)
-        positions = [c.position for c in live]
+    def _advance(self, slots: np.ndarray) -> tuple[np.ndarray, torch.Tensor | None]:
+        """One talker position for each slot: the slots that ran, their final hidden
+        states [B', H]."""
+        st = self.state
+        live = self._reserve(slots, st.position[slots] + 1)
+        if not len(live):
+            return live, None
+        index = upload(live, self.device)
+        embeds = self.tables["frame_embed"][index] + self._track_rows(live)
+        positions = st.position[live]
         hidden = self.talker.step(
-            embeds, self.cache, slots, upload(positions, self.device), max(positions) + 1
+            embeds, self.cache, index, upload(positions, self.device), int(positions.max()) + 1
         )
-        for ctx in live:
-            ctx.position += 1
-            ctx.pending_frame = None
-        return hidden
+        st.position[live] += 1
+        st.frame_pending[live] = False
+        return live, hidden
 
-    def _sample_code0(self, contexts: list[Qwen3Context], hidden: torch.Tensor) -> torch.Tensor:
-        """Code 0 for each context from its last talker hidden state [B, H], on the device."""
-        slots = upload([c.slot for c in contexts], self.device)
-        early = upload([c.generated < MIN_NEW_TOKENS for c in contexts], self.device, torch.bool)
-        rows = self.talker_sampler.rows(slots, [_talker(c.sampling) for c in contexts])
-        return self._choose_code0(slots, hidden, early, rows)
+    def _settings_of(
+        self, slots: np.ndarray, which: Callable[[SamplingParams], Settings]
+    ) -> list[Settings]:
+        contexts = self.state.contexts
+        return [which(contexts[s].sampling) for s in slots.tolist()]  # type: ignore[union-attr]
 
-    def _take_code0(self, contexts: list[Qwen3Context], ids: np.ndarray) -> None:
-        eos = self.cfg.talker.codec_eos_id
-        for ctx, code in zip(contexts, ids.tolist(), strict=True):
-            ctx.generated += 1
-            if code == eos:
-                ctx.finish()
-            else:
-                ctx.pending_code0 = code
+    def _sample_code0(self, slots: np.ndarray, hidden: torch.Tensor) -> torch.Tensor:
+        """Code 0 for each slot from its last talker hidden state [B, H], on the device."""
+        index = upload(slots, self.device)
+        early = upload(self.state.generated[slots] < MIN_NEW_TOKENS, self.device, torch.bool)
+        rows = self.talker_sampler.rows(index, self._settings_of(slots, _talker))
+        return self._choose_code0(index, hidden, early, rows)
 
-    def _result(
-        self, contexts: list[Qwen3Context | None], made: dict[int, np.ndarray]
-    ) -> StepResult:
-        n = len(contexts)
-        counts = np.zeros(n, np.int64)
-        finished = np.zeros(n, bool)
-        hit_limit = np.zeros(n, bool)
-        waiting = np.zeros(n, bool)
-        frames = []
+    def _take_code0(self, slots: np.ndarray, ids: np.ndarray) -> None:
+        st = self.state
+        st.generated[slots] += 1
+        eos = ids == self.cfg.talker.codec_eos_id
+        st.finish(slots[eos])
+        st.code0_pending[slots[~eos]] = True
+
+    def _result(self, rows: np.ndarray, made: np.ndarray, frames: np.ndarray) -> StepResult:
+        """The step's result over arrays: ``made`` slots made one frame each, ``frames``."""
+        st = self.state
+        at = np.full(len(self.active), -1, np.int64)
+        at[made] = np.arange(len(made))
+        where = at[rows]
+        counts = (where >= 0).astype(np.int64)
+        live = self.active[rows]
+        done = st.phase[rows] == Phase.DONE
+        finished = ~live | done
+        decoding = st.phase[rows] == Phase.DECODE
+        work = st.code0_pending[rows] | (st.frame_pending[rows] & st.track_ready(rows))
+        prompt = live & (st.phase[rows] == Phase.PROMPT)
+        for row in np.flatnonzero(prompt).tolist():
+            ctx = st.contexts[int(rows[row])]
+            work[row] = ctx is not None and ctx.has_work
+        waiting = live & ~finished & ~np.where(decoding | prompt, work, True)
         timed: list[tuple[int, int, int, int]] = []
-        for row, ctx in enumerate(contexts):
-            if ctx is None:
-                finished[row] = True
-                continue
-            if ctx.entered:
+        for row in np.flatnonzero(live).tolist():
+            ctx = st.contexts[int(rows[row])]
+            if ctx is not None and ctx.entered:
                 timed.extend(self._word_frames(row, ctx))
-            frame = made.get(id(ctx))
-            if frame is not None:
-                frames.append(frame)
-                counts[row] = 1
-            done = ctx.phase is Phase.DONE
-            finished[row] = done
-            hit_limit[row] = done and ctx.hit_limit
-            waiting[row] = not done and not ctx.has_work
-        stacked = np.concatenate(frames) if frames else np.zeros((0, self.frame_dim), np.int64)
+        stacked = (
+            frames[where[where >= 0]] if len(made) else np.zeros((0, self.frame_dim), np.int64)
+        )
         return StepResult(
-            counts, stacked, finished.copy(), finished, hit_limit, waiting, WordFrames.of(timed)
+            counts,
+            stacked,
+            finished.copy(),
+            finished,
+            finished & live & st.hit_limit[rows],
+            waiting,
+            WordFrames.of(timed),
         )
 
     def _word_frames(self, row: int, ctx: Qwen3Context) -> list[tuple[int, int, int, int]]:
