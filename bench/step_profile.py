@@ -115,6 +115,7 @@ def measure_batch(
     slots = list(range(batch))
     admit = tuple(Admit(s, runner.prepare(params)) for s in slots)
     feed = tuple(Feed(s, units, close=True) for s in slots)
+    conditioning = [a.prepared.conditioning for a in admit]
     frames = Frames(batch)
     drain()
     t = time.perf_counter()
@@ -146,14 +147,17 @@ def measure_batch(
         "step_ms": _summary(times),
         "frames_per_step": float(np.mean(made)) if made else 0.0,
         "host_waits_per_step": max(waits) if waits and waits[0] is not None else None,
-        "vocoder": measure_vocoder(model, [frames.of(s) for s in slots]),
+        "vocoder": measure_vocoder(model, [frames.of(s) for s in slots], conditioning),
     }
     _free(model, slots)
     return level
 
 
-def measure_vocoder(model: LoadedModel, frames: list[np.ndarray]) -> dict[str, Any]:
-    """Time decode calls of every stream at once, in chunks of 1 and of 4 frames."""
+def measure_vocoder(
+    model: LoadedModel, frames: list[np.ndarray], conditioning: list[Any]
+) -> dict[str, Any]:
+    """Time decode calls of every stream at once, in chunks of 1 and of 4 frames; each
+    stream opens with its context's conditioning (a voice, for the families that have one)."""
     voc = model.vocoder
     shortest = min(len(f) for f in frames)
     out: dict[str, Any] = {}
@@ -161,7 +165,7 @@ def measure_vocoder(model: LoadedModel, frames: list[np.ndarray]) -> dict[str, A
         calls = shortest // chunk
         if calls < 2:
             continue
-        streams = [voc.new_stream(None) for _ in frames]
+        streams = [voc.new_stream(c) for c in conditioning]
         times, waits = [], []
         for call in range(calls):
             a, b = call * chunk, (call + 1) * chunk
