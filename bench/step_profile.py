@@ -104,7 +104,12 @@ class Frames:
 
 
 def measure_batch(
-    model: LoadedModel, params: SynthParams, text: str, batch: int, steps: int
+    model: LoadedModel,
+    params: SynthParams,
+    text: str,
+    batch: int,
+    steps: int,
+    vocoder: bool = True,
 ) -> dict[str, Any]:
     """Admit ``batch`` contexts, step them until every one has made a frame, then time
     up to ``steps`` decode steps of them all (stopping when one finishes)."""
@@ -147,7 +152,9 @@ def measure_batch(
         "step_ms": _summary(times),
         "frames_per_step": float(np.mean(made)) if made else 0.0,
         "host_waits_per_step": max(waits) if waits and waits[0] is not None else None,
-        "vocoder": measure_vocoder(model, [frames.of(s) for s in slots], conditioning),
+        "vocoder": (
+            measure_vocoder(model, [frames.of(s) for s in slots], conditioning) if vocoder else {}
+        ),
     }
     _free(model, slots)
     return level
@@ -253,6 +260,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=24, help="timed decode steps per batch")
     parser.add_argument("--text", default=TEXT)
     parser.add_argument("--profile", action="store_true", help="top operators at each batch")
+    parser.add_argument("--no-vocoder", action="store_true", help="time the runner's steps only")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -265,7 +273,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     measure_batch(model, params, args.text, 1, 4)  # warm-up: first calls allocate
     levels = []
     for batch in args.batch:
-        level = measure_batch(model, params, args.text, batch, args.steps)
+        level = measure_batch(
+            model, params, args.text, batch, args.steps, vocoder=not args.no_vocoder
+        )
         if args.profile:
             level["profile"] = profile_steps(model, params, args.text, batch, out_dir)
         levels.append(level)
