@@ -88,7 +88,15 @@ def top_k(scores: torch.Tensor, rows: Rows) -> torch.Tensor:
         return scores
     vocab = scores.shape[-1]
     k = torch.where((rows.top_k > 0) & (rows.top_k < vocab), rows.top_k, vocab)
-    kth = scores.topk(rows.max_top_k, dim=-1).values.gather(1, (k - 1)[:, None])
+    # A partial top-k pays for itself only when it keeps a small part of the
+    # vocabulary; keeping all of it (a captured graph, where the host does not know
+    # the rows' k) costs a selection pass on top of a full sort.
+    best = (
+        scores.topk(rows.max_top_k, dim=-1).values
+        if 2 * rows.max_top_k <= vocab
+        else scores.sort(dim=-1, descending=True).values
+    )
+    kth = best.gather(1, (k - 1)[:, None])
     return scores.masked_fill(scores < kth, float("-inf"))
 
 
