@@ -21,6 +21,8 @@ from voiceserver.http.speech import speech
 from voiceserver.http.voices import create_voice, delete_voice, get_voice, list_voices
 from voiceserver.http.web import web_routes
 from voiceserver.runtime import Runtime
+from voiceserver.transport.compat_cartesia import cartesia_routes
+from voiceserver.transport.compat_elevenlabs import elevenlabs_routes
 from voiceserver.transport.compat_vllm import vllm_speech_stream
 from voiceserver.transport.hosts import HostGuard, HostPolicy
 from voiceserver.transport.origin import OriginGuard
@@ -59,6 +61,8 @@ def create_app(server: ServerConfig, model_config: ModelConfig) -> Starlette:
         Route("/v1/auth/tokens", mint_token, methods=["POST"]),
         WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
         WebSocketRoute("/v1/audio/speech/stream", vllm_speech_stream),
+        *elevenlabs_routes(),
+        *cartesia_routes(),
         *web_routes(server.demo_page),
     ]
     middleware = [

@@ -1,4 +1,4 @@
-"""Bearer-key checks for HTTP requests and WebSocket upgrades."""
+"""API-key checks for HTTP requests and WebSocket upgrades."""
 
 from __future__ import annotations
 
@@ -16,20 +16,35 @@ SUBPROTOCOL = "tts.v1"
 BEARER_PREFIX = "bearer."
 
 
+KEY_HEADERS = ("xi-api-key", "x-api-key")
+"""Key headers other services' clients send unchanged: ElevenLabs' (``xi-api-key``)
+and Cartesia's (``X-API-Key``)."""
+AUTH_SCHEMES = ("bearer", "api-key")
+"""``Authorization: <scheme> KEY``: OpenAI's clients send Bearer, Baseten's Api-Key."""
+KEY_QUERY = ("token", "api_key")
+"""Socket query parameters that carry a key: ours (``?token=``, also a connect
+token) and Cartesia's (``?api_key=``)."""
+
+
 def offered_key(headers: Headers, query: QueryParams | None = None) -> str | None:
-    """The key a client presented: the Authorization header; on a WebSocket
-    upgrade (pass its ``query``) also ``?token=`` or the ``bearer.<key>``
+    """The key a client presented: ``Authorization: Bearer KEY`` (or ``Api-Key
+    KEY``), else a ``KEY_HEADERS`` header; on a WebSocket upgrade (pass its
+    ``query``) also ``?token=`` / ``?api_key=`` or the ``bearer.<key>``
     subprotocol, since browsers cannot set headers on WebSockets. HTTP requests
-    take the header only: a key in a URL ends up in logs and browser history.
+    take headers only: a key in a URL ends up in logs and browser history.
     On sockets ``?token=`` may also carry a short-lived connect token instead
     (see :mod:`voiceserver.transport.tokens`)."""
-    auth = headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
+    scheme, _, value = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() in AUTH_SCHEMES and value.strip():
+        return value.strip()
+    for name in KEY_HEADERS:
+        if headers.get(name):
+            return headers[name].strip()
     if query is None:
         return None
-    if "token" in query:
-        return query["token"]
+    for name in KEY_QUERY:
+        if name in query:
+            return query[name]
     for proto in _subprotocols(headers):
         if proto.startswith(BEARER_PREFIX):
             return proto[len(BEARER_PREFIX) :]

@@ -1,0 +1,10 @@
+"""Cartesia's streaming TTS API, served by our engine (routes filled in by its issue's work)."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+
+def cartesia_routes() -> list[BaseRoute]:
+    """The HTTP and WebSocket routes of Cartesia's API that this server answers."""
+    return []
