@@ -253,13 +253,17 @@ class SpeechSession:
             return
         caps = self.rt.model.capabilities
         segmenter = streamer = None
+        buffer = settings.buffer
+        seg_config = replace(self.rt.model_config.segmenter, mode=buffer.mode)
+        if buffer.max_delay_ms is not None:
+            seg_config = replace(seg_config, max_delay_ms=buffer.max_delay_ms)
         if caps.streaming_text:
-            streamer = WordStreamer()
+            timed = seg_config.mode == "auto"
+            streamer = WordStreamer(
+                max_delay_ms=seg_config.max_delay_ms if timed else None,
+                end_delay_ms=seg_config.end_delay_ms if timed else None,
+            )
         else:
-            buffer = settings.buffer
-            seg_config = replace(self.rt.model_config.segmenter, mode=buffer.mode)
-            if buffer.max_delay_ms is not None:
-                seg_config = replace(seg_config, max_delay_ms=buffer.max_delay_ms)
             segmenter = TextSegmenter(seg_config)
         try:
             handle = self.rt.client.open(
@@ -359,14 +363,11 @@ class SpeechSession:
         ctx.last_activity = self.last_activity
         ctx.tracker.text_arrived()
         if ctx.streamer is not None:
-            pieces = ctx.streamer.push(event.text)
-            if pieces and (handle := self._engine(ctx)) is not None:
-                for piece in pieces:
-                    handle.append(piece)
+            self._submit_pieces(ctx, ctx.streamer.push(event.text, time.monotonic()))
         else:
             assert ctx.segmenter is not None
             self._submit_segments(ctx, ctx.segmenter.push(event.text, time.monotonic()))
-            self._arm_timer(ctx)
+        self._arm_timer(ctx)
         if event.flush:
             self._flush(ctx, None)
 
@@ -377,10 +378,16 @@ class SpeechSession:
         for segment in segments:
             handle.append(segment.text, offset=segment.char_start)
 
+    def _submit_pieces(self, ctx: LiveContext, pieces: list[str]) -> None:
+        if pieces and (handle := self._engine(ctx)) is not None:
+            for piece in pieces:
+                handle.append(piece)
+
     def _arm_timer(self, ctx: LiveContext) -> None:
+        """Wake when the text the context holds back has waited long enough."""
         ctx.cancel_timer()
-        assert ctx.segmenter is not None
-        deadline = ctx.segmenter.deadline()
+        source = ctx.streamer if ctx.streamer is not None else ctx.segmenter
+        deadline = source.deadline() if source is not None else None
         if deadline is None:
             return
         delay = max(0.0, deadline - time.monotonic())
@@ -388,9 +395,13 @@ class SpeechSession:
 
     def _on_timer(self, ctx: LiveContext) -> None:
         ctx.timer = None
-        if ctx.gone or ctx.ended or ctx.segmenter is None:
+        if ctx.gone or ctx.ended:
             return
-        self._submit_segments(ctx, ctx.segmenter.poll(time.monotonic()))
+        now = time.monotonic()
+        if ctx.streamer is not None:
+            self._submit_pieces(ctx, ctx.streamer.poll(now))
+        elif ctx.segmenter is not None:
+            self._submit_segments(ctx, ctx.segmenter.poll(now))
         self._arm_timer(ctx)
 
     def _take_buffered(self, ctx: LiveContext) -> list[tuple[str, int | None]]:

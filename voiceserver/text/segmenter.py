@@ -15,8 +15,9 @@ between two segments (and before the first) is whitespace, which is dropped.
 Sentence-end rules (auto mode), for a run of ``. ! ? …`` plus optional closing quotes/brackets:
 
 - it must be followed by whitespace; ``3.14``, ``example.com``, ``1.2.3`` never are;
-- the word after the whitespace must have arrived; a lowercase word means the sentence goes on
-  (``Well... maybe``, ``"Really?" she asked``), a newline always ends it;
+- whitespace with nothing after it yet ends the sentence at once (a voice agent's sentence
+  is spoken as soon as its end arrives); when the next word is there, a lowercase one means
+  the sentence goes on (``Well... maybe``, ``"Really?" she asked``), a newline always ends it;
 - a single ``.`` after a known abbreviation (``ABBREVIATIONS``), a single capital initial
   (``J. K. Rowling``), dotted initials (``U.S.A.``) or a bare number that opens the segment
   (an enumeration, ``1. Boil water``) does not end a sentence, except for the abbreviations
@@ -87,6 +88,7 @@ _SENTENCE_BOUNDARY = re.compile(
 _CLAUSE_BOUNDARY = re.compile(
     f"[{re.escape(_CLAUSE_MARKS)}]{_CLOSERS_RE}(?=\\s)|[{re.escape(_CJK_CLAUSE_MARKS)}]{_CLOSERS_RE}"
 )
+_ENDING = re.compile(f"[{re.escape(_SENTENCE_ENDS)}]+{_CLOSERS_RE}$")
 # How far past a mark a decision may look: a longer run of closers or spaces decides by default.
 _LOOKAHEAD = 32
 
@@ -97,10 +99,16 @@ class SegmenterConfig:
 
     mode: Literal["auto", "manual"] = "auto"
     """auto: cut at boundaries as text streams in; manual: only ``flush()`` emits."""
-    max_delay_ms: int | None = None
+    max_delay_ms: int | None = 1000
     """auto: once the oldest buffered text has waited this long, ``poll`` cuts at the last word
     boundary (everything when there is no space); 0 cuts as soon as a word is complete; None
-    disables the timer."""
+    disables the timer. 1000: at 50 LLM tokens/s and faster it never cuts inside a clause, and
+    it bounds how long text sent without a boundary waits (``bench/segmenter_delay.py``)."""
+    end_delay_ms: int | None = 200
+    """auto: text that ends in a sentence mark (``today?``, nothing after it yet) is spoken
+    once nothing has arrived for this long, rather than when the next word shows it ended;
+    a pause that long between an LLM's tokens is rare above 10 tokens/s. None: wait for
+    the next character or ``max_delay_ms``."""
     first_min_chars: int = 12
     """The first segment of a context may end at a clause mark once it has this many chars."""
     min_clause_chars: int = 40
@@ -111,8 +119,10 @@ class SegmenterConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "manual"):
             raise ValueError(f"mode must be 'auto' or 'manual', not {self.mode!r}")
-        if self.max_delay_ms is not None and self.max_delay_ms < 0:
-            raise ValueError("max_delay_ms must be >= 0")
+        for name in ("max_delay_ms", "end_delay_ms"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0")
         if not 0 < self.first_min_chars <= self.max_chars:
             raise ValueError("first_min_chars must be in 1..max_chars")
         if not 0 < self.min_clause_chars <= self.max_chars:
@@ -181,15 +191,35 @@ def _sentence_end(buf: str, i: int) -> tuple[bool | None, int]:
         return (None if end == limit and more else False), end
     if "\n" in buf[end:gap]:
         return True, end
-    if gap == limit:
-        return (None if more else True), end
-    nxt = buf[gap]
     rule = _period_rule(buf, i) if buf[i:j] == "." else "normal"
     if rule == "never":
         return False, end
+    if gap == limit:
+        # Whitespace after the mark and nothing yet: the sentence is complete unless
+        # an abbreviation needs the next word to tell.
+        return (None if more and rule == "capital" else True), end
+    nxt = buf[gap]
     if rule == "capital":
         return nxt.isupper(), end
     return not nxt.islower(), end
+
+
+def _ends_sentence(buf: str) -> bool:
+    """Whether ``buf`` ends in a sentence mark (and closers): its last word is whole."""
+    return bool(_ENDING.search(buf))
+
+
+def may_end_sentence(buf: str) -> bool:
+    """Whether ``buf`` ends in a sentence mark that whitespace after it would make a
+    sentence end: not a decimal point (``3.`` may become ``3.5``), an abbreviation or
+    an initial."""
+    found = _ENDING.search(buf)
+    if found is None:
+        return False
+    i = found.start()
+    if buf[i] != "." or buf[i + 1 : i + 2] == ".":
+        return True
+    return not buf[i - 1 : i].isdigit() and _period_rule(buf, i) == "normal"
 
 
 def _clause_end(buf: str, i: int) -> tuple[bool | None, int]:
@@ -246,7 +276,7 @@ class TextSegmenter:
             return []
         self._buf += text
         self._push_ends.append(self._offset + len(self._buf))
-        if self._config.max_delay_ms is not None:
+        if self._config.max_delay_ms is not None or self._config.end_delay_ms is not None:
             self._arrivals.append((self._offset + len(self._buf), now))
         self._drop_leading_space()
         out: list[Segment] = []
@@ -272,14 +302,15 @@ class TextSegmenter:
 
     def poll(self, now: float) -> list[Segment]:
         """Timer-driven cut: once the oldest buffered text waited max_delay_ms, cut at the last
-        word boundary, since the trailing word may still be streaming; take everything when no
-        word boundary leaves something speakable before it. The rest waits afresh."""
+        word boundary, since the trailing word may still be streaming; take everything when the
+        buffer ends in a sentence mark or no word boundary leaves something speakable before
+        it. The rest waits afresh."""
         due = self.deadline()
         if due is None or now < due:
             return []
         buf = self._buf
         cut = len(buf)
-        if not buf[-1].isspace():
+        if not buf[-1].isspace() and not _ends_sentence(buf):
             cut = next((k for k in range(len(buf) - 1, 0, -1) if buf[k].isspace()), len(buf))
             cut = cut if _speakable(buf[:cut]) else len(buf)
         out: list[Segment] = []
@@ -292,11 +323,17 @@ class TextSegmenter:
 
     def deadline(self) -> float | None:
         """When ``poll`` should next be called; None when no timer is needed."""
-        delay_ms = self._config.max_delay_ms
-        if self._config.mode != "auto" or delay_ms is None or not self._buf:
+        config = self._config
+        if config.mode != "auto" or not self._buf or not self._arrivals:
             return None
-        oldest = next(t for end, t in self._arrivals if end > self._offset)
-        return oldest + delay_ms / 1000.0
+        due = None
+        if config.max_delay_ms is not None:
+            oldest = next(t for end, t in self._arrivals if end > self._offset)
+            due = oldest + config.max_delay_ms / 1000.0
+        if config.end_delay_ms is not None and may_end_sentence(self._buf):
+            latest = self._arrivals[-1][1] + config.end_delay_ms / 1000.0
+            due = latest if due is None else min(due, latest)
+        return due
 
     def _next_cut(self) -> int | None:
         """End index in the buffer of the next complete segment, or None to wait for more."""

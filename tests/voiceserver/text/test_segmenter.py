@@ -194,12 +194,28 @@ def test_enumerations_stay_with_their_item() -> None:
 def test_boundary_known_only_after_following_char() -> None:
     seg = TextSegmenter(SegmenterConfig())
     assert seg.push("It is 3.", 0.0) == []
-    assert seg.push("5 now. ", 0.0) == []  # 3.5 is a decimal; "now." waits for the next word
-    assert seg.push("mr", 0.0) == []  # lowercase: the sentence goes on
+    assert seg.push("5 now", 0.0) == []  # 3.5 is a decimal
+    assert seg.push(". mr", 0.0) == []  # the next word is there and lowercase: it goes on
     assert seg.buffered == "It is 3.5 now. mr"
     assert seg.push(" X. Then", 0.0) == []  # "X." is an initial
     assert [s.text for s in seg.push(". And", 0.0)] == ["It is 3.5 now. mr X. Then."]
     assert seg.buffered == "And"
+
+
+def test_a_sentence_end_then_whitespace_is_spoken_at_once() -> None:
+    """A voice agent's sentence is spoken as soon as its end arrives, not when the next
+    word does; abbreviations still wait for the word that tells."""
+    seg = TextSegmenter(SegmenterConfig())
+    assert [s.text for s in seg.push("Hello there, how are you today? ", 0.0)] == [
+        "Hello there, how are you today?"
+    ]
+    assert [s.text for s in seg.push("Great!\t", 0.0)] == ["Great!"]
+    assert seg.push("Ask Dr. ", 0.0) == []  # never ends a sentence
+    assert seg.push("Smith, it is 5 p.m. ", 0.0) == []  # may end one: the next word tells
+    assert [s.text for s in seg.push("Then go.” ", 0.0)] == [
+        "Ask Dr. Smith, it is 5 p.m.",  # "Then" is capitalised: p.m. ended it
+        "Then go.”",
+    ]
 
 
 def test_newline_is_always_a_boundary() -> None:
@@ -280,8 +296,29 @@ def test_max_delay_counts_from_oldest_non_space_char() -> None:
     seg.push(" there ", 1.1)
     assert seg.deadline() == pytest.approx(1.2)
     assert [s.text for s in seg.poll(1.3)] == ["Hi there"]  # ends in a space: all words complete
-    seg.push("Ok. ", 2.0)  # waits for the next word to confirm the sentence end
-    assert [s.text for s in seg.poll(2.2)] == ["Ok."]
+    assert [s.text for s in seg.push("Ok. ", 2.0)] == ["Ok."]  # a sentence end: at once
+    seg.push("Is it done?", 3.0)  # the next piece may be " Yes" or "!": no cut yet
+    assert seg.poll(3.1) == []
+    assert [s.text for s in seg.poll(3.2)] == ["Is it done?"]  # a mark ends the last word
+
+
+def test_text_ending_in_a_sentence_mark_is_spoken_after_a_short_pause() -> None:
+    """An LLM's "today?" then nothing: spoken after ``end_delay_ms``, not ``max_delay_ms``;
+    a mark that may not end a sentence waits for the longer bound."""
+    config = SegmenterConfig()
+    assert (config.max_delay_ms, config.end_delay_ms) == (1000, 200)
+    seg = TextSegmenter(config)
+    assert seg.push("Is it done?", 0.0) == []
+    assert seg.deadline() == pytest.approx(0.2)
+    assert seg.poll(0.19) == []
+    assert [s.text for s in seg.poll(0.2)] == ["Is it done?"]
+    for text in ("It costs 3.", "Ask Dr.", "Made in the U.S.", "Wait, no"):
+        seg = TextSegmenter(config)
+        seg.push(text, 5.0)
+        assert seg.deadline() == pytest.approx(6.0), text
+    seg = TextSegmenter(SegmenterConfig(end_delay_ms=None, max_delay_ms=None))
+    seg.push("Is it done?", 0.0)
+    assert seg.deadline() is None
 
 
 def test_max_delay_never_emits_punctuation_only() -> None:
@@ -332,7 +369,10 @@ def test_streaming_only_adds_clause_cuts_to_the_whole_text_cuts() -> None:
                 assert_tiles(text, got)
                 extra = [s for s in got if s.char_end not in cuts]
                 assert cuts <= {s.char_end for s in got}, (config, seed)
-                assert all(s.text.rstrip(_CLOSERS)[-1] in ",;:—–，；：" for s in extra), extra
+                # A sentence mark whose whitespace ended a piece is cut before the next
+                # word shows whether the sentence goes on ('"Really?" she asked').
+                marks = ",;:—–，；：" + ".!?…"
+                assert all(s.text.rstrip(_CLOSERS)[-1] in marks for s in extra), extra
             by_char = run(text, list(text), **config)
             assert cuts <= {s.char_end for s in by_char}
 

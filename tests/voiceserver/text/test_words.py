@@ -82,3 +82,23 @@ def test_streamed_pieces_tokenize_like_the_whole_text(qwen_runner, seed: int) ->
     whole = [t for unit in qwen_runner.encode_text(text) for t in unit.tolist()]
     pieces = [t for p in stream(text, seed) for u in qwen_runner.encode_text(p) for t in u.tolist()]
     assert pieces == whole
+
+
+def test_a_held_word_is_released_by_its_timer() -> None:
+    """A word with no whitespace after it is held (it may be unfinished), but not for
+    ever: a sentence mark ends it after ``end_delay_ms`` of quiet, anything else after
+    ``max_delay_ms``."""
+    streamer = WordStreamer(max_delay_ms=1000, end_delay_ms=200)
+    assert streamer.push("Is it done", 0.0) == ["Is it"]
+    assert streamer.deadline() == pytest.approx(1.0)
+    assert streamer.push("?", 0.5) == []  # the word grows: "done?" may end a sentence
+    assert streamer.deadline() == pytest.approx(0.7)
+    assert streamer.poll(0.69) == []
+    assert streamer.poll(0.7) == [" done?"]
+    assert streamer.deadline() is None
+    assert streamer.push(" It costs 3.", 2.0) == [" It costs"]
+    assert streamer.deadline() == pytest.approx(3.0)  # "3." may become "3.5"
+    assert streamer.poll(3.0) == [" 3."]
+    untimed = WordStreamer()
+    untimed.push("Hello", 0.0)
+    assert untimed.deadline() is None and untimed.poll(100.0) == []
