@@ -51,6 +51,7 @@ from voiceserver.http.speech_request import SpeechRequest, load_ref_audio, parse
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.utterance import Utterance, UtteranceError
+from voiceserver.text.segmenter import SegmenterConfig, TextSegmenter
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +140,13 @@ class SpeechStream:
         """Whose share of the engine the request counts against."""
         self._samples_per_frame = rt.model.capabilities.samples_per_frame
         self._output: ContextOutput | None = None
+        self._pieces = text_pieces(request.text, rt.model.capabilities.max_context_chars)
+        """The text in pieces one context speaks whole, spoken one after another."""
         self._utterance: Utterance | None = None
         self._events: AsyncIterator[AudioChunk] | None = None
         self._first: AudioChunk | None = None
+        self._samples_before = 0
+        """Samples of the pieces before the current one."""
         self._closed = False
 
     @property
@@ -165,26 +170,32 @@ class SpeechStream:
         if self._closed:  # closed while the stage was being built
             self._output.close()
         try:
+            self._first = await self._speak(0)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _speak(self, index: int) -> AudioChunk:
+        """Open the engine context of piece ``index``; its first chunk (ApiError when
+        the engine refuses or fails it)."""
+        if self._utterance is not None:
+            self._samples_before += self._utterance.samples
+        try:
             utterance = Utterance(
-                self.rt, request.params, endpoint=self.endpoint, client=self.client
+                self.rt, self.request.params, endpoint=self.endpoint, client=self.client
             )
         except Overloaded as exc:
-            self.close()
             raise ApiError(
                 exc.status, f"{exc}", code=exc.code, retry_after=exc.retry_after_s
             ) from None
         self._utterance = utterance
         self._events = utterance.events()
-        utterance.append(self.request.text)
+        utterance.append(self._pieces[index])
         utterance.end()
         try:
-            self._first = await anext(self._events)
+            return await anext(self._events)
         except UtteranceError as err:
-            self.close()
             raise from_engine_failure(err.code, err.message, err.param) from None
-        except BaseException:
-            self.close()
-            raise
 
     async def chunks(self, on_samples: Callable[[int], None] | None = None) -> AsyncIterator[bytes]:
         """The file's bytes as they are encoded, ending with the file's end.
@@ -192,7 +203,7 @@ class SpeechStream:
         (model-rate) samples each chunk holds before it is encoded, and may raise
         ApiError to stop the file there."""
         assert self._events is not None and self._output is not None, "start() first"
-        output, chunk = self._output, self._first
+        output, chunk, piece = self._output, self._first, 0
         try:
             while chunk is not None:
                 if on_samples is not None:
@@ -200,6 +211,10 @@ class SpeechStream:
                 data = b"".join(await output.feed(chunk.pcm))
                 if data:
                     yield data
+                if chunk.final and piece + 1 < len(self._pieces):
+                    piece += 1
+                    chunk = await self._speak(piece)
+                    continue
                 chunk = None if chunk.final else await anext(self._events, None)
             # The file's end in a piece of its own, as each chunk's bytes are one.
             tail = b"".join(await output.feed(_NO_AUDIO, final=True))
@@ -211,7 +226,8 @@ class SpeechStream:
     def usage(self) -> dict[str, int]:
         """OpenAI's usage object: input characters and generated audio frames."""
         chars = len(self.request.text)
-        samples = self._utterance.samples if self._utterance is not None else 0
+        samples = self._samples_before
+        samples += self._utterance.samples if self._utterance is not None else 0
         frames = -(-samples // self._samples_per_frame)
         return {"input_tokens": chars, "output_tokens": frames, "total_tokens": chars + frames}
 
@@ -223,6 +239,21 @@ class SpeechStream:
             self._utterance.cancel()  # no-op once the context finished
         if self._output is not None:
             self._output.close()
+
+
+def text_pieces(text: str, max_chars: int) -> list[str]:
+    """``text`` as it is, or, when the model speaks at most ``max_chars`` in one
+    context, in pieces of at most that many characters cut at the last sentence end
+    (else clause mark, else space) within each."""
+    if not max_chars or len(text) <= max_chars:
+        return [text]
+    clause = min(max_chars, 40)
+    config = SegmenterConfig(
+        mode="manual", max_chars=max_chars, first_min_chars=clause, min_clause_chars=clause
+    )
+    segmenter = TextSegmenter(config)
+    segmenter.push(text, 0.0)
+    return [segment.text for segment in segmenter.flush()] or [text]
 
 
 async def synthesize(
