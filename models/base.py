@@ -191,6 +191,11 @@ class Capabilities:
     supports_instructions: bool = False
     max_frames_per_context: int = 0
     """Safety cap on frames one context may generate (0: none)."""
+    max_context_chars: int = 0
+    """The most text one context speaks whole (a model whose context holds all its text
+    and audio in one KV cache); a whole text longer than this is spoken as several
+    contexts, one after another, cut at sentence ends where it can be. 0: no limit
+    (the model starts afresh at each piece of text)."""
     request_fields: tuple[RequestField, ...] = ()
     """Per-request settings the model takes (sampling, voice cloning...); endpoints
     pass these through, checked, and drop the ones a model does not declare."""
