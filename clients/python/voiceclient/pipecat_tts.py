@@ -9,8 +9,10 @@ Import it only where pipecat-ai is installed (the rest of voiceclient does not n
     pipeline = Pipeline([transport.input(), stt, user_agg, llm, tts, transport.output(), bot_agg])
 
 Each turn of the bot is one server context on one kept-alive socket: the turn's
-sentences are appended to it, ``flush_audio`` (the turn is complete) ends it, and an
-interruption cancels it (``context.cancel``). Word timestamps from the server become
+sentences are appended to it, each flushed as Pipecat hands it over (it aggregates
+sentences by default; with ``text_aggregation_mode=TOKEN`` tokens are appended unflushed
+and the server finds the sentence ends), ``flush_audio`` (the turn is complete) ends
+it, and an interruption cancels it (``context.cancel``). Word timestamps from the server become
 the pipeline's word frames; a model that cannot align words says so in a warning,
 and the turn's words are then released as its audio arrives.
 """
@@ -209,7 +211,10 @@ class VoiceServerTTSService(WebsocketTTSService):
                 # text exactly as sent.
                 text = " " + text
             turn.sent += text
-            await self._send(TextAppend(context_id=context_id, text=text))
+            # Aggregating sentences (Pipecat's default), each text is a whole sentence:
+            # flush it so the server speaks it now rather than when the next one comes.
+            flush = not self._is_streaming_tokens
+            await self._send(TextAppend(context_id=context_id, text=text, flush=flush))
             await self.start_tts_usage_metrics(text)
             if not turn.timed:
                 await self._release_untimed(context_id, turn)
