@@ -186,9 +186,14 @@ class Capabilities:
     streaming_text: bool = False
     """True when the model consumes text token by token while generating
     (so text need not be segmented before synthesis starts)."""
-    supports_speed: bool = False
-    """True when ``speed`` is honoured natively."""
+    speed_range: tuple[float, float] = (1.0, 1.0)
+    """The speeds the model makes itself, its audio's length in proportion to
+    ``1 / speed``. A request's speed (0.25 to 4.0 on every endpoint) is clamped into
+    this range for the model, and the server time-stretches the model's audio, at
+    the same pitch, by the rest (:meth:`split_speed`). ``(1, 1)``: none natively."""
     supports_instructions: bool = False
+    """True when the model uses ``instructions``; elsewhere they are dropped with a
+    warning to the client."""
     max_frames_per_context: int = 0
     """Safety cap on frames one context may generate (0: none)."""
     max_context_chars: int = 0
@@ -205,6 +210,19 @@ class Capabilities:
         return 1000.0 * self.samples_per_frame / self.sample_rate
 
     @property
+    def supports_speed(self) -> bool:
+        """Some speed other than 1 is made natively."""
+        return self.speed_range != (1.0, 1.0)
+
+    def split_speed(self, speed: float) -> tuple[float, float]:
+        """``speed`` as ``(native, stretch)``: the speed the model makes (within
+        :attr:`speed_range`) and the factor its audio is then time-stretched by;
+        ``native * stretch == speed``."""
+        low, high = self.speed_range
+        native = min(max(speed, low), high)
+        return native, speed / native
+
+    @property
     def default_voice(self) -> str:
         return self.voices[0].name
 
@@ -216,6 +234,8 @@ class SynthParams:
     voice: str
     language: str = "en"
     speed: float = 1.0
+    """The speed the client asked for; the model makes the native part of it
+    (``Capabilities.split_speed``) and the server stretches its audio by the rest."""
     instructions: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """Family-specific settings (sampling, reference audio, ...)."""

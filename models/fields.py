@@ -33,6 +33,12 @@ REF_AUDIO_SAMPLE_RATE = RequestField(
 REF_TEXT = RequestField("ref_text", "string", doc="the reference audio's transcript")
 X_VECTOR_ONLY = RequestField("x_vector_only", "boolean", doc="clone from the x-vector alone")
 SPEAKER_EMBEDDING = RequestField("speaker_embedding", "numbers", doc="a precomputed x-vector")
+SPEED = RequestField(
+    "speed", "number", 0.25, 4.0, doc="1/length of the audio, at the same pitch", default=1.0
+)
+"""Every model's (a top-level field of every endpoint, not a model option): the
+model makes what it can of it (``Capabilities.speed_range``), the server
+time-stretches its audio by the rest. The range is OpenAI's."""
 
 SHARED: dict[str, RequestField] = {
     field.name: field

@@ -5,10 +5,14 @@ are capped in size by the frontend). A unit longer than ``max_frames_per_step``
 is handed out over several steps, so the engine's frame buffers stay bounded.
 
 Word timing is exact: the acoustic stage returns how many latent frames each
-phoneme id gets (the duration predictor's rounded output, which the latent is
-expanded by), so a word's frames are the sum over the ids before it and over
-its own. They are reported in the step that synthesizes the word's unit,
+phoneme id gets (the duration predictor's rounded output scaled for speed, which
+the latent is expanded by), so a word's frames are the sum over the ids before it
+and over its own. They are reported in the step that synthesizes the word's unit,
 before any of its frames reach the vocoder.
+
+Speed: the model makes the part of a context's speed within
+``Capabilities.speed_range`` by scaling the frames per id
+(``models.piper.durations``); the server stretches the audio by the rest.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-import onnxruntime as ort
 
 from models.base import (
     AlignedText,
@@ -30,6 +33,8 @@ from models.base import (
     SynthParams,
     WordFrames,
 )
+from models.fields import SPEED
+from models.piper.durations import AcousticGraphs
 from models.piper.frontend import PiperFrontend
 
 MAX_FRAMES_PER_STEP = 128
@@ -40,12 +45,15 @@ ring holds a few steps' worth per stream, so this keeps it small."""
 @dataclass
 class PiperPrepared(Prepared):
     scales: np.ndarray | None = None
-    """noise, length, noise_w scales of this context (speed folds into length)."""
+    """noise, length, noise_w scales of this context."""
+    speed: float = 1.0
+    """The speed the model makes (the native part of the context's speed)."""
 
 
 @dataclass
 class _Slot:
     scales: np.ndarray
+    speed: float
     pending: deque[np.ndarray]
     words: deque[np.ndarray | None]
     """Per pending unit, where its words are (None: no timing asked)."""
@@ -65,24 +73,19 @@ class PiperRunner(ModelRunner):
 
     def __init__(
         self,
-        session: ort.InferenceSession,
-        latent_name: str,
+        graphs: AcousticGraphs,
         frontend: PiperFrontend,
         capabilities: Capabilities,
         scales: tuple[float, float, float],
         max_contexts: int,
-        durations_name: str | None = None,
     ) -> None:
-        self._session = session
-        self._latent_name = latent_name
-        self._durations_name = durations_name
+        self._graphs = graphs
         self.frontend = frontend
         self.capabilities = capabilities
         self._noise, self._length, self._noise_w = scales
         self._max_contexts = max_contexts
         self._slots: dict[int, _Slot] = {}
-        channels = session.get_outputs()[0].shape[1]
-        self.frame_dim = channels if isinstance(channels, int) else 192
+        self.frame_dim = graphs.channels
 
     @property
     def max_slots(self) -> int:
@@ -103,20 +106,19 @@ class PiperRunner(ModelRunner):
                 param="language",
                 code="unsupported_language",
             )
-        if not 0.25 <= params.speed <= 4.0:
-            raise ModelInputError("speed must be within [0.25, 4.0]", param="speed")
+        SPEED.check(params.speed)
 
     def prepare(self, params: SynthParams) -> PiperPrepared:
         self.validate(params)
-        # Speed scales phoneme durations: 2x speed is half the length scale.
-        scales = np.array([self._noise, self._length / params.speed, self._noise_w], np.float32)
-        return PiperPrepared(scales=scales)
+        scales = np.array([self._noise, self._length, self._noise_w], np.float32)
+        native, _ = self.capabilities.split_speed(params.speed)
+        return PiperPrepared(scales=scales, speed=native)
 
     def encode_text(self, text: str) -> list[np.ndarray]:
         return [np.asarray(ids, np.int64) for ids in self.frontend.encode(text)]
 
     def aligns_words(self, params: SynthParams) -> bool:
-        return self._durations_name is not None and self.frontend.aligns_words
+        return self._graphs.has_durations and self.frontend.aligns_words
 
     def encode_aligned(self, text: str) -> AlignedText:
         return self.frontend.encode_aligned(text)
@@ -126,7 +128,8 @@ class PiperRunner(ModelRunner):
             self._slots.pop(slot, None)
         for admit in plan.admit:
             assert isinstance(admit.prepared, PiperPrepared) and admit.prepared.scales is not None
-            self._slots[admit.slot] = _Slot(admit.prepared.scales, deque(), deque())
+            prepared = admit.prepared
+            self._slots[admit.slot] = _Slot(prepared.scales, prepared.speed, deque(), deque())
         for feed in plan.feed:
             state = self._slots[feed.slot]
             state.pending.extend(feed.units)
@@ -143,7 +146,8 @@ class PiperRunner(ModelRunner):
             state = self._slots[slot]
             if state.rest is None and state.pending:
                 words = state.words.popleft()
-                state.rest, durations = self._synthesize(state.pending.popleft(), state.scales)
+                unit = state.pending.popleft()
+                state.rest, durations = self._graphs.run(unit, state.scales, state.speed)
                 if words is not None and durations is not None:
                     timed.extend(self._word_frames(row, state, words, durations))
             if state.rest is not None:
@@ -175,19 +179,3 @@ class PiperRunner(ModelRunner):
                 state.last_word = word
                 out.append((row, word, int(edges[first]), int(edges[end])))
         return out
-
-    def _synthesize(
-        self, ids: np.ndarray, scales: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The unit's latent frames [frames, channels] and its frames per id (when
-        the graph gives them)."""
-        feeds = {
-            "input": ids[None].astype(np.int64, copy=False),
-            "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-            "scales": scales,
-        }
-        names = [self._latent_name] + ([self._durations_name] if self._durations_name else [])
-        latent, *durations = self._session.run(names, feeds)
-        frames = np.ascontiguousarray(latent[0].T, dtype=np.float32)
-        per_id = np.rint(durations[0]).reshape(-1).astype(np.int64) if durations else None
-        return frames, per_id

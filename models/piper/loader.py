@@ -13,6 +13,7 @@ from piper.config import PiperConfig
 
 from models.base import Capabilities, LoadedModel, VoiceInfo, parse_options
 from models.piper.acoustic import PiperRunner
+from models.piper.durations import NATIVE_SPEEDS, AcousticGraphs
 from models.piper.frontend import PiperFrontend
 from models.piper.options import PiperOptions
 from models.piper.split import split_voice
@@ -53,7 +54,22 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     # and RSS wandered up to 30 and 70 MB higher, and the decoder ran 10-20% slower.
     session_options.enable_cpu_mem_arena = True
     providers = ["CPUExecutionProvider"]
-    acoustic_session = ort.InferenceSession(graphs.acoustic, session_options, providers=providers)
+
+    def session(graph: bytes | None) -> ort.InferenceSession | None:
+        if graph is None:
+            return None
+        return ort.InferenceSession(graph, session_options, providers=providers)
+
+    acoustic = AcousticGraphs(
+        latent_name=graphs.latent_name,
+        channels=graphs.channels,
+        timing=session(graphs.timing),
+        expansion=session(graphs.expansion),
+        raw_durations_name=graphs.raw_durations_name,
+        durations_name=graphs.durations_name,
+        cut_names=graphs.cut_names,
+        acoustic=session(graphs.acoustic),
+    )
     decoder_session = ort.InferenceSession(graphs.decoder, session_options, providers=providers)
 
     language = (config.espeak_voice or "en").split("-")[0]
@@ -64,7 +80,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         voices=(VoiceInfo(options.voice_name, language, f"Piper voice {model_path.stem}"),),
         languages=(language,),
         streaming_text=False,
-        supports_speed=True,
+        speed_range=NATIVE_SPEEDS,
     )
     scales = (
         config.noise_scale if options.noise_scale is None else options.noise_scale,
@@ -72,13 +88,11 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         config.noise_w_scale if options.noise_w_scale is None else options.noise_w_scale,
     )
     runner = PiperRunner(
-        acoustic_session,
-        graphs.latent_name,
+        acoustic,
         PiperFrontend(config, options.max_unit_ids),
         capabilities,
         scales,
         options.max_contexts,
-        graphs.durations_name,
     )
     vocoder = PiperVocoder(
         decoder_session,

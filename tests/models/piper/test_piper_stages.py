@@ -39,8 +39,10 @@ def one_shot(voice: PiperVoice, text: str) -> list[np.ndarray]:
 
 def test_split_graphs_compose_to_the_original_exactly() -> None:
     graphs = split_voice(model_path())
+    assert graphs.timing is not None and graphs.expansion is not None
     full = ort.InferenceSession(str(model_path()))
-    acoustic = ort.InferenceSession(graphs.acoustic)
+    timing = ort.InferenceSession(graphs.timing)
+    expansion = ort.InferenceSession(graphs.expansion)
     decoder = ort.InferenceSession(graphs.decoder)
     ids = np.array([[1, 0, 20, 0, 59, 0, 24, 0, 120, 0, 27, 0, 100, 0, 2]], np.int64)
     feeds = {
@@ -49,10 +51,15 @@ def test_split_graphs_compose_to_the_original_exactly() -> None:
         "scales": np.array([0.0, 1.0, 0.0], np.float32),
     }
     (expected,) = full.run(None, feeds)
-    latent, durations = acoustic.run([graphs.latent_name, graphs.durations_name], feeds)
-    assert latent.shape[1] == 192
-    # The duration predictor's frames per id add up to the latent's length.
-    assert durations.shape == (1, 1, ids.shape[1])
+    raw, *cut = timing.run([graphs.raw_durations_name, *graphs.cut_names], feeds)
+    assert raw.shape == (1, 1, ids.shape[1])
+    durations = np.ceil(raw)
+    rest = dict(zip(graphs.cut_names, cut, strict=True))
+    rest[graphs.durations_name] = durations
+    rest["scales"] = feeds["scales"]
+    (latent,) = expansion.run([graphs.latent_name], rest)
+    assert latent.shape[1] == graphs.channels == 192
+    # The frames per id add up to the latent's length.
     assert np.sum(durations) == latent.shape[2]
     (audio,) = decoder.run(None, {graphs.latent_name: latent})
     np.testing.assert_array_equal(audio, expected)
@@ -92,10 +99,12 @@ def test_batched_decode_equals_single(model) -> None:  # type: ignore[no-untyped
         np.testing.assert_allclose(got, alone, atol=1e-6)
 
 
-def test_speed_shortens_audio(model) -> None:  # type: ignore[no-untyped-def]
-    lengths = {}
-    units = model.runner.encode_text("Counting one two three four five.")
-    for speed in (1.0, 2.0):
-        (frames,) = units_of(model, SynthParams(voice="joe", speed=speed), units)
-        lengths[speed] = len(frames)
-    assert lengths[2.0] < 0.65 * lengths[1.0]
+def test_speed_scales_frames_in_proportion(model) -> None:  # type: ignore[no-untyped-def]
+    units = model.runner.encode_text("Counting one two three four five. And six.")
+    normal = [len(f) for f in units_of(model, SynthParams(voice="joe"), units)]
+    for speed in (0.25, 0.5):
+        slow = [len(f) for f in units_of(model, SynthParams(voice="joe", speed=speed), units)]
+        assert slow == [round(n / speed) for n in normal]
+    # Faster than the model makes itself: its own speed (the server stretches the rest).
+    fast = [len(f) for f in units_of(model, SynthParams(voice="joe", speed=3.0), units)]
+    assert fast == normal
