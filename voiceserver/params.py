@@ -28,7 +28,11 @@ checks vllm-omni's ``task_type`` against the loaded variant
 (``voiceserver.tasks``), and drops a ``voice`` the variant has no use for
 (no named voices: VoiceDesign, Base) with a warning instead of refusing it, as
 vllm-omni checks ``voice`` only for CustomVoice; its own example client sends
-one with every request.
+one with every request. ``instructions`` on a model that does not use them
+(``Capabilities.supports_instructions``) are dropped the same way: OpenAI's
+clients send them to any model. ``speed`` is checked against OpenAI's range
+(:data:`~models.fields.SPEED`) for every model: each honours it, the model as far
+as it can and the server's time-stretch for the rest (``voiceserver.engine.tempo``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from dataclasses import replace
 from typing import Any
 
 from models.base import ModelInputError, RequestField, SynthParams
-from models.fields import SHARED
+from models.fields import SHARED, SPEED
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import REF_TEXT_MAX_LEN, SPEAKER_EMBEDDING_MAX_LEN, OptionField
 from protocol.options import ModelOptions
@@ -86,6 +90,7 @@ def resolve_params(
             param="model",
             code="unknown_model",
         )
+    speed = SPEED.check(speed)
     options, extra = options or {}, extra or {}
     chosen = model_options(caps.request_fields, options, extra)
     asked = _asked(options, extra)
@@ -96,14 +101,19 @@ def resolve_params(
     lookup = "Base" in rt.tasks.tasks and not inline
     if voice is not None and not rt.tasks.named_voices and not stored and not lookup:
         if not rt.voices.is_builtin(voice):
-            message = (
+            _ignored(
                 f"voice {voice[:64]!r} ignored: the loaded model ({', '.join(rt.tasks.tasks)})"
-                " has no named voices"
+                " has no named voices",
+                warnings,
             )
-            log.warning("%s", message)
-            if warnings is not None:
-                warnings.append(message)
         voice = None
+    if instructions and not caps.supports_instructions:
+        _ignored(
+            f"instructions ignored: the served model ({rt.model_config.name}) does not take"
+            " instructions",
+            warnings,
+        )
+        instructions = None
     voice, chosen = resolve_voice(rt.voices, rt.model.runner, voice, chosen)
     params = SynthParams(
         voice=voice or caps.default_voice,
@@ -114,6 +124,13 @@ def resolve_params(
     )
     rt.model.runner.validate(params)
     return params
+
+
+def _ignored(message: str, warnings: list[str] | None) -> None:
+    """Something the request asked for is ignored: logged, and told to the client."""
+    log.warning("%s", message)
+    if warnings is not None:
+        warnings.append(message)
 
 
 def model_options(

@@ -95,7 +95,9 @@ class Runtime:
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Open the front end's engine client on the loop that serves requests."""
         share = self.server.limits.max_client_share
-        self._client = EngineClient(self.engine, loop, self.preparer, max_client_share=share)
+        self._client = EngineClient(
+            self.engine, loop, self.preparer, max_client_share=share, audio_pool=self.encode_pool
+        )
 
     @property
     def client(self) -> EngineClient:

@@ -52,6 +52,7 @@ from voiceserver.engine.messages import (
     WordTimings,
 )
 from voiceserver.engine.prepare import FairPreparer, PrepareJob
+from voiceserver.engine.tempo import StretchedEvents
 from voiceserver.engine.words import TimedWords, WordTable
 from voiceserver.quotas import ClientCounts
 
@@ -84,13 +85,17 @@ class EngineClient:
         preparer: FairPreparer,
         text_pool: Executor | None = None,
         max_client_share: float = 1.0,
+        audio_pool: Executor | None = None,
     ) -> None:
-        """``max_client_share``: the share of the engine's slots one client may hold."""
+        """``max_client_share``: the share of the engine's slots one client may hold.
+        ``audio_pool``: where a context's audio is time-stretched for its speed
+        (``voiceserver.engine.tempo``); None: in place."""
         self.engine = engine
         self.runner = engine.runner
         self._loop = loop
         self._preparer = preparer
         self._text_pool = text_pool or ThreadPoolExecutor(1, thread_name_prefix="text")
+        self._audio_pool = audio_pool
         slots = engine.scheduler.max_slots
         share = max(1, int(max_client_share * slots + 1e-9))
         self.held = ClientCounts(share)
@@ -131,8 +136,15 @@ class EngineClient:
         ModelInputError naming the field otherwise."""
         first_chunk = self._first_chunk(first_chunk_frames)
         words = WordTable() if word_timestamps and self.runner.aligns_words(params) else None
+        caps = self.runner.capabilities
+        _, stretch = caps.split_speed(params.speed)
+        stretched = None
+        if stretch != 1.0:  # the speed the model does not make itself
+            stretched = StretchedEvents(
+                on_event, stretch, caps.sample_rate, self._loop, self._audio_pool
+            )
         handle = ContextHandle(
-            self, self.engine.new_id(), on_event, words, client, max_lead_s, first_chunk
+            self, self.engine.new_id(), on_event, words, client, max_lead_s, first_chunk, stretched
         )
         if parked:
             if client is not None and not self.parked.take(client):
@@ -310,10 +322,15 @@ class ContextHandle:
         client: ClientId | None = None,
         max_lead_s: float | None = None,
         first_chunk: int | None = None,
+        stretched: StretchedEvents | None = None,
     ) -> None:
+        """``stretched``: ``on_event`` with the context's audio time-stretched (its
+        speed); the engine's events go through it."""
         self.owner = owner
         self.cid = cid
-        self.on_event = on_event
+        self.on_event: OnEvent = stretched or on_event
+        self._consumer = on_event
+        self._stretched = stretched
         self.client = client
         """Who holds it (counted against that client's share)."""
         self.max_lead_s = max_lead_s
@@ -402,6 +419,8 @@ class ContextHandle:
         """Free the context's slot (at once if the engine has not taken the context
         yet, else at its next step) and drop its preparation if it has not started;
         no event follows."""
+        if self._stretched is not None:
+            self._stretched.close()  # audio still being stretched is dropped too
         if self.ended:
             return
         self.ended = True
@@ -423,4 +442,4 @@ class ContextHandle:
             return
         self._failed = True
         self.cancel()
-        self.owner._loop.call_soon(self.on_event, event)
+        self.owner._loop.call_soon(self._consumer, event)

@@ -209,14 +209,9 @@ def parse_speech_request(
             + ", ".join(str(r) for r in rates),
             ErrorCode.UNSUPPORTED_VALUE,
         )
+    # Every model honours it: natively, or by the server's time-stretch.
     speed = fields.number("speed", SPEED_MIN, SPEED_MAX)
     speed = 1.0 if speed is None else speed
-    if speed != 1.0 and not caps.supports_speed:
-        raise invalid(
-            "speed",
-            f"this model cannot change speed; allowed: 1.0 (got {speed})",
-            ErrorCode.UNSUPPORTED_VALUE,
-        )
     if fields.boolean("word_timestamps"):
         raise invalid(
             "word_timestamps",
