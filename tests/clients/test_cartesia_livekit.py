@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
-import httpx
 import pytest
 from livekit.agents import APIConnectOptions, APIError, tts
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, TimedString
@@ -17,8 +16,9 @@ from livekit.agents.utils import is_given
 from livekit.plugins import cartesia
 
 from protocol.compat_cartesia import voice_uuid
+from tests.clients.cartesia_piper import engine_contexts, piper_config, wait_for_no_contexts
 from tests.serving import RunningServer, run_server
-from voiceserver.config import ServerConfig, load_model_config
+from voiceserver.config import ServerConfig
 
 KEY = "livekit-cartesia-key"
 TEXT = "Hello there, how are you today? I hope the weather is fine."
@@ -27,7 +27,7 @@ NO_RETRY = APIConnectOptions(max_retry=0, timeout=5)
 
 @pytest.fixture(scope="module")
 def piper_server() -> Iterator[RunningServer]:
-    config = load_model_config("piper-joe", {"noise_scale": 0, "noise_w_scale": 0})
+    config = piper_config()
     with run_server(config, ServerConfig(api_keys=(KEY,))) as server:
         yield server
 
@@ -44,19 +44,6 @@ async def engine(piper_server: RunningServer) -> AsyncIterator[cartesia.TTS]:
         )
         yield plugin
         await plugin.aclose()
-
-
-async def engine_contexts(server: RunningServer) -> int:
-    async with httpx.AsyncClient(headers={"X-API-Key": KEY}) as http:
-        return int((await http.get(f"{server.http}/health")).json()["engine"]["active_contexts"])
-
-
-async def wait_for_no_contexts(server: RunningServer) -> int:
-    for _ in range(200):
-        if (count := await engine_contexts(server)) == 0:
-            return 0
-        await asyncio.sleep(0.025)
-    return count
 
 
 def timed_words(events: list[tts.SynthesizedAudio]) -> list[TimedString]:
@@ -125,7 +112,7 @@ async def test_interrupting_a_stream_frees_the_engine(
     stream.end_input()
     first = await anext(stream)
     assert first.frame.samples_per_channel > 0
-    assert await engine_contexts(piper_server) >= 1
+    assert await engine_contexts(piper_server, KEY) >= 1
     await stream.aclose()  # what an agent does on barge-in
     # The plugin drops the interrupted socket from its pool; the next reply's connect
     # closes it, and the server cancels the context at once (it would run for seconds).
@@ -133,7 +120,7 @@ async def test_interrupting_a_stream_frees_the_engine(
         reply.push_text("Yes?")
         reply.end_input()
         assert sum([ev.frame.samples_per_channel async for ev in reply]) > 0.2 * 24000
-    assert await wait_for_no_contexts(piper_server) == 0
+    assert await wait_for_no_contexts(piper_server, KEY) == 0
 
 
 async def test_unknown_voice_fails_the_stream(piper_server: RunningServer) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from pipecat.frames.frames import (
     InterruptionFrame,
@@ -20,9 +19,10 @@ from pipecat.pipeline.worker import PipelineWorker
 from pipecat.services.cartesia.tts import CartesiaHttpTTSService, CartesiaTTSService
 
 from protocol.compat_cartesia import voice_uuid
+from tests.clients.cartesia_piper import engine_contexts, piper_config, wait_for_no_contexts
 from tests.clients.test_pipecat_tts import Collector, llm_turn, run_pipeline
 from tests.serving import RunningServer, run_server
-from voiceserver.config import ServerConfig, load_model_config
+from voiceserver.config import ServerConfig
 
 KEY = "pipecat-cartesia-key"
 TURNS = [
@@ -33,7 +33,7 @@ TURNS = [
 
 @pytest.fixture(scope="module")
 def piper_server() -> Iterator[RunningServer]:
-    config = load_model_config("piper-joe", {"noise_scale": 0, "noise_w_scale": 0})
+    config = piper_config()
     with run_server(config, ServerConfig(api_keys=(KEY,))) as server:
         yield server
 
@@ -44,19 +44,6 @@ def socket_service(server: RunningServer, voice: str = voice_uuid("joe")) -> Car
         url=f"ws://{server.host}:{server.port}/tts/websocket",
         settings=CartesiaTTSService.Settings(voice=voice, model="sonic-3"),
     )
-
-
-async def engine_contexts(server: RunningServer) -> int:
-    async with httpx.AsyncClient(headers={"X-API-Key": KEY}) as http:
-        return int((await http.get(f"{server.http}/health")).json()["engine"]["active_contexts"])
-
-
-async def wait_for_no_contexts(server: RunningServer) -> int:
-    for _ in range(200):
-        if (count := await engine_contexts(server)) == 0:
-            return 0
-        await asyncio.sleep(0.025)
-    return count
 
 
 async def wait_for(condition: object, timeout: float = 30) -> None:
@@ -91,7 +78,7 @@ async def test_turns_are_contexts_with_timed_words(piper_server: RunningServer, 
         assert " ".join(words).split() == "".join(turn).split()
         pts = [f.pts for f in texts if f.context_id == context_id]
         assert all(a < b for a, b in zip(pts, pts[1:], strict=False))
-    assert await wait_for_no_contexts(piper_server) == 0
+    assert await wait_for_no_contexts(piper_server, KEY) == 0
 
 
 async def test_interruption_cancels_the_context(piper_server: RunningServer) -> None:
@@ -106,9 +93,9 @@ async def test_interruption_cancels_the_context(piper_server: RunningServer) -> 
     async def drive(worker: PipelineWorker) -> None:
         await worker.queue_frames(llm_turn(long_turn))
         await asyncio.wait_for(collector.audio.wait(), 30)
-        seen["before"] = await engine_contexts(piper_server)
+        seen["before"] = await engine_contexts(piper_server, KEY)
         await worker.queue_frame(InterruptionFrame())
-        seen["after"] = await wait_for_no_contexts(piper_server)
+        seen["after"] = await wait_for_no_contexts(piper_server, KEY)
         seen["frames"] = len(
             [f for f in collector.of(TTSAudioRawFrame) if f.context_id == first_context()]
         )
@@ -138,7 +125,7 @@ async def test_unknown_voice_is_reported(piper_server: RunningServer) -> None:
     await run_pipeline(tts, collector, 24000, drive, errors)
     assert any("unknown_voice" in e and "nobody" in e for e in errors)
     assert collector.of(TTSAudioRawFrame) == []
-    assert await wait_for_no_contexts(piper_server) == 0
+    assert await wait_for_no_contexts(piper_server, KEY) == 0
 
 
 async def test_http_service_speaks_each_sentence(piper_server: RunningServer) -> None:

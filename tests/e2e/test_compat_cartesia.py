@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import av
-import httpx
 import numpy as np
 import pytest
 import websockets
 
 from protocol.compat_cartesia import voice_uuid
+from tests.clients.cartesia_piper import piper_config, wait_for_no_contexts
 from tests.serving import RunningServer, run_server
-from voiceserver.config import Limits, ServerConfig, load_model_config
+from voiceserver.config import Limits, ServerConfig
 
 KEY = "cartesia-test-key"
 MAX_TEXT = 600
@@ -30,21 +30,10 @@ BYTES_PER_SAMPLE = {"pcm_s16le": 2, "pcm_f32le": 4, "pcm_mulaw": 1, "pcm_alaw": 
 
 @pytest.fixture(scope="module")
 def piper_server() -> Iterator[RunningServer]:
-    config = load_model_config("piper-joe", {"noise_scale": 0, "noise_w_scale": 0})
+    config = piper_config()
     limits = Limits(max_contexts=6, max_text_chars=MAX_TEXT)
     with run_server(config, ServerConfig(api_keys=(KEY,), limits=limits)) as server:
         yield server
-
-
-async def wait_for_no_contexts(server: RunningServer) -> int:
-    """Poll the server's /health (with the key) until no engine context is open."""
-    async with httpx.AsyncClient(headers={"X-API-Key": KEY}) as http:
-        for _ in range(200):
-            health = (await http.get(f"{server.http}/health")).json()
-            if (count := int(health["engine"]["active_contexts"])) == 0:
-                break
-            await asyncio.sleep(0.025)
-    return count
 
 
 def socket_url(server: RunningServer, key: str | None = KEY) -> str:
@@ -237,7 +226,7 @@ async def test_cancel_mid_stream_stops_the_context_and_frees_its_slot(
         assert not reader.of("talk").done
         heard = samples(reader.of("talk").audio) / 16000
         assert 0 < heard < 10  # well short of the whole text
-        assert await wait_for_no_contexts(piper_server) == 0
+        assert await wait_for_no_contexts(piper_server, KEY) == 0
         # A late continuation of the cancelled context does not start it again.
         await ws.send(request("talk", "more words", more=True))
         error = await reader.error_for("talk")
@@ -332,7 +321,7 @@ async def test_hostile_input_gets_clear_errors_and_spares_a_bystander(
     alone = await speak_alone(piper_server, bystander)
     assert reader.of("by").audio == alone.audio
     assert reader.of("extra").audio and reader.of("after").audio
-    assert await wait_for_no_contexts(piper_server) == 0
+    assert await wait_for_no_contexts(piper_server, KEY) == 0
 
 
 async def test_keys_as_cartesia_clients_send_them(piper_server: RunningServer) -> None:

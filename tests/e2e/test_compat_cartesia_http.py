@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from protocol.compat_cartesia import voice_uuid
+from tests.clients.cartesia_piper import piper_config
 from tests.serving import RunningServer, run_server
-from voiceserver.config import Limits, ServerConfig, load_model_config
+from voiceserver.config import Limits, ServerConfig
 
 KEY = "cartesia-http-key"
 TEXT = "Hello from the bytes endpoint."
@@ -26,7 +27,7 @@ HEADERS = {"X-API-Key": KEY, "Cartesia-Version": "2025-04-16"}
 
 @pytest.fixture(scope="module")
 def piper_server() -> Iterator[RunningServer]:
-    config = load_model_config("piper-joe", {"noise_scale": 0, "noise_w_scale": 0})
+    config = piper_config()
     limits = Limits(max_text_chars=500)
     with run_server(config, ServerConfig(api_keys=(KEY,), limits=limits)) as server:
         yield server
