@@ -345,6 +345,30 @@ def requested_speed(request: CartesiaRequest) -> float | None:
     return speed_factor(request.speed, "speed", scale=True)
 
 
+def ignored_fields(request: CartesiaRequest) -> list[str]:
+    """The fields a request set that have no equivalent here (they are ignored)."""
+    ignored = [
+        name
+        for name in ("add_phoneme_timestamps", "use_normalized_timestamps")
+        if getattr(request, name)
+    ]
+    ignored += [
+        name for name in ("pronunciation_dict_id", "duration") if getattr(request, name) is not None
+    ]
+    config = request.generation_config
+    if config is not None:
+        ignored += [
+            f"generation_config.{name}"
+            for name in ("volume", "emotion")
+            if getattr(config, name) is not None
+        ]
+    voice = request.voice
+    controls = voice.experimental_controls if isinstance(voice, VoiceSpec) else None
+    if controls is not None and controls.emotion:
+        ignored.append("voice.__experimental_controls.emotion")
+    return ignored
+
+
 VOICE_NAMESPACE = uuid.NAMESPACE_URL
 VOICE_PREFIX = "voiceserver:voice:"
 

@@ -45,6 +45,7 @@ from protocol.compat_cartesia import (
     decode_request,
     encode_server,
     error_event,
+    ignored_fields,
     lookup_voice,
     requested_speed,
     served_model,
@@ -191,6 +192,8 @@ class CartesiaSession(ServerSession):
         if speed is not None and speed != 1.0 and not self._speed:
             self._warn(f"speed {speed:g} ignored: the served model cannot change speed", context_id)
             speed = None
+        if ignored := ignored_fields(request):
+            self._warn(f"no equivalent here, ignored: {', '.join(ignored)}", context_id)
         delay = request.max_buffer_delay_ms
         overrides: dict[str, object] = {
             "voice": voice,

@@ -37,6 +37,7 @@ from protocol.compat_cartesia import (
     encode_server,
     error_event,
     http_error_body,
+    ignored_fields,
     lookup_voice,
     requested_speed,
     served_model,
@@ -61,12 +62,14 @@ from voiceserver.http.guard import (
     send_within,
 )
 from voiceserver.http.speech import read_json_object, request_id_of, runtime_of, shutting_down
+from voiceserver.logs import Throttled
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
 from voiceserver.session.output import ContextOutput
 from voiceserver.session.utterance import Utterance, UtteranceError
 
 log = logging.getLogger(__name__)
+notes = Throttled(log)
 
 DEFAULT_PAGE = 10
 MAX_PAGE = 100
@@ -122,6 +125,8 @@ def parse_job(rt: Runtime, body: dict[str, Any], *, sse: bool) -> CartesiaJob:
     except ProtocolError as err:
         raise ApiError(status_of(err.code), err.message, param=err.param, code=err.code) from None
     warnings: list[str] = []
+    if ignored := ignored_fields(request):
+        warnings.append(f"no equivalent here, ignored: {', '.join(ignored)}")
     if speed is not None and speed != 1.0 and not rt.model.capabilities.supports_speed:
         warnings.append(f"speed {speed:g} ignored: the served model cannot change speed")
         speed = None
@@ -137,7 +142,7 @@ def parse_job(rt: Runtime, body: dict[str, Any], *, sse: bool) -> CartesiaJob:
     except ModelInputError as err:
         raise ApiError(status_of(err.code), str(err), param=err.param, code=err.code) from None
     for warning in warnings:
-        log.info("Cartesia request: %s", warning)
+        notes.log(logging.INFO, warning.split(":", 1)[0], "Cartesia request: %s", warning)
     return CartesiaJob(
         text,
         params,
