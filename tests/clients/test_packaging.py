@@ -11,7 +11,9 @@ it does in the checkout, and no stale build/ folder of the checkout leaks in.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +38,9 @@ CLIENT = REPO / "clients" / "python"
 PLUGINS = {"voiceclient.livekit_tts": "livekit", "voiceclient.pipecat_tts": "pipecat"}
 SKIP_COPY = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.pyc")
 TEXT = "Hello from the wheel."
+JS = REPO / "clients" / "js"
+SERVED_SDK = REPO / "voiceserver" / "web" / "sdk" / "voiceserver.js"
+NODE = shutil.which("node")
 
 
 @dataclass(frozen=True)
@@ -256,3 +261,36 @@ def test_each_plugin_imports_with_its_extra_alone(
     lines = out.splitlines()
     assert Path(lines[0]).resolve().is_relative_to((env_root / "lib").resolve())
     assert lines[-1] == "other plugin: not importable"
+
+
+def readme_code(path: Path, first_line: str) -> str:
+    """The fenced code block of a README that starts with ``first_line``."""
+    blocks = re.findall(r"^```\w*\n(.*?)^```", path.read_text(), flags=re.S | re.M)
+    (code,) = [b for b in blocks if b.startswith(first_line)]
+    return code
+
+
+# `make test` installs node; a bare pytest without it skips, except in CI.
+@pytest.mark.skipif(
+    not os.environ.get("CI") and NODE is None, reason="needs node (make test installs it)"
+)
+def test_js_package_runs_the_readme_node_example_against_a_real_server(
+    tiny_server: RunningServer, tmp_path: Path
+) -> None:
+    assert NODE is not None
+    # The package as npm lays it out: its manifest, and the module `npm run build` writes
+    # (the same bytes as the served copy: `npm run check` fails when they differ).
+    package = tmp_path / "node_modules" / json.loads((JS / "package.json").read_text())["name"]
+    (package / "dist").mkdir(parents=True)
+    shutil.copy(JS / "package.json", package)
+    shutil.copy(SERVED_SDK, package / "dist" / "voiceserver.js")
+    (tmp_path / "speak.mjs").write_text(readme_code(JS / "README.md", "// speak.mjs"))
+    has_websocket = run([NODE, "-p", "typeof WebSocket"], tmp_path).strip() == "function"
+    flags = [] if has_websocket else ["--experimental-websocket"]
+    env = clean_env() | {"VOICESERVER_URL": f"ws://{tiny_server.host}:{tiny_server.port}"}
+    audio_ms = (len(TEXT.encode()) + 3) * 20
+    printed = run([NODE, *flags, "speak.mjs", TEXT, "hello.wav"], tmp_path, env)
+    assert printed == f"hello.wav: {audio_ms} ms of audio\n"
+    with wave.open(str(tmp_path / "hello.wav"), "rb") as w:
+        assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24000)
+        assert w.getnframes() == audio_ms * 24
