@@ -6,10 +6,15 @@ that range runs as two chained stages (0.25 = 0.5 x 0.5, 4.0 = 2.0 x 2.0).
 
 Lengths are exact where it matters: at a drain point and at the end, the output
 so far is exactly ``round(samples_in / tempo)`` samples, so word times scaled by
-``1 / tempo`` stay on the audio however many flush points a context has. The
-filter keeps a window of input (about 40-90 ms of audio per stage) until more
-arrives; draining pushes silence through until everything received so far is out,
-then cuts the output at the exact length and starts a fresh filter.
+``1 / tempo`` stay on the audio however many flush points a context has. Draining
+pushes silence through until everything received so far is out, then cuts the
+output at the exact length and starts a fresh filter.
+
+Latency: ``atempo`` sends a frame's output only once all of it is made, which takes
+its window (about 40 ms of audio) past the frame's end; fed a vocoder chunk whole, it
+would hold the whole chunk back (measured: 320 ms chunks, 312 ms held). So chunks go
+in as 10 ms frames: 35-50 ms of audio held for one stage, 140 ms for two (4x), at
+2-3.5 ms of CPU per second of audio (``bench/stretch_latency.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ STAGE_MAX = 2.0
 """The range one ``atempo`` stage is made for."""
 
 _EMPTY = np.zeros(0, dtype=np.float32)
+_FRAME_MS = 10
+"""Audio handed to the filter at a time (see the module's docstring)."""
 _PUSH_MS = 50
 """Silence pushed per round while draining."""
 _MAX_DRAIN_ROUNDS = 200
@@ -128,21 +135,22 @@ class TempoStretch:
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         graph = self._graph or self._new_graph()
-        frame = av.AudioFrame.from_ndarray(
-            np.ascontiguousarray(x).reshape(1, -1), format="flt", layout="mono"
-        )
-        frame.sample_rate = self.sample_rate
-        frame.time_base = Fraction(1, self.sample_rate)
-        frame.pts = self._pts
-        self._pts += len(x)
-        graph.push(frame)
+        step = max(1, self.sample_rate * _FRAME_MS // 1000)
         out: list[np.ndarray] = []
-        while True:
-            try:
-                done = graph.pull()
-            except (av.BlockingIOError, av.EOFError):
-                break
-            out.append(done.to_ndarray().reshape(-1))
+        for start in range(0, len(x), step):
+            piece = np.ascontiguousarray(x[start : start + step])
+            frame = av.AudioFrame.from_ndarray(piece.reshape(1, -1), format="flt", layout="mono")
+            frame.sample_rate = self.sample_rate
+            frame.time_base = Fraction(1, self.sample_rate)
+            frame.pts = self._pts
+            self._pts += len(piece)
+            graph.push(frame)
+            while True:
+                try:
+                    done = graph.pull()
+                except (av.BlockingIOError, av.EOFError):
+                    break
+                out.append(done.to_ndarray().reshape(-1))
         if not out:
             return _EMPTY
         return np.concatenate(out).astype(np.float32, copy=False)
