@@ -184,8 +184,10 @@ def core_env(wheel: Wheel, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_wheel_holds_voiceclient_and_protocol_and_declares_dependencies(wheel: Wheel) -> None:
+    with open(CLIENT / "pyproject.toml", "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
     top = {name.split("/")[0] for name in wheel.names}
-    assert top == {"voiceclient", "protocol", "voiceserver_client-0.1.0.dist-info"}
+    assert top == {"voiceclient", "protocol", f"voiceserver_client-{version}.dist-info"}
     source = {
         f"{pkg}.{p.stem}".removesuffix(".__init__")
         for pkg, folder in (
