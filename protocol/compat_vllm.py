@@ -3,7 +3,12 @@
 Looked up in vllm-project/vllm-omni at commit 0131cb5560450800b800e889fb849ea2c851bd3f:
 ``vllm_omni/entrypoints/openai/serving_speech_stream.py`` (the handler and its protocol
 docstring) and ``StreamingSpeechSessionConfig`` in
-``vllm_omni/entrypoints/openai/protocol/audio.py``. What it speaks:
+``vllm_omni/entrypoints/openai/protocol/audio.py``; token-level streaming (``streaming_mode``)
+at commit 3bd41202495f7b870d44f54b39486919da5d15da (pull request 5470,
+``examples/online_serving/text_to_speech/qwen3_tts/token_level_streaming_client.py``); the
+timestamp transport and voice messages in basetenlabs/vllm-omni at commit
+1fecfad19ce0e474cfc94fea46ea38b056d2d8eb, as LiveKit's Baseten plugin
+(``livekit-plugins-baseten`` 1.8.9, ``qwen3_tts.py``) speaks them. What it speaks:
 
 Client -> server (JSON text frames, field ``type``):
 
@@ -27,12 +32,26 @@ Client -> server (JSON text frames, field ``type``):
   Our additions and departures (docs/vllm-socket.md says why): ``options`` (the
   served model's options by name, as on the native socket), ``sample_rate`` (the
   output rate, default 24000 as vllm-omni's Qwen3-TTS and our HTTP ``pcm``),
-  ``timestamp_type`` (``"word"`` is another way to ask for ``word_timestamps``, as
-  framework plugins do), and ``split_granularity`` left out means ``clause``
-  (:data:`DEFAULT_SPLIT`), so speech starts before the reply ends.
+  and ``split_granularity`` left out means ``clause`` (:data:`DEFAULT_SPLIT`), so speech
+  starts before the reply ends.
+
+  ``streaming_mode`` (pull request 5470): ``sentence`` (or left out) cuts the text into
+  requests by ``split_granularity``; ``token_level`` speaks one utterance as one request
+  started by its first ``input.text`` and extended by the later ones; ``sentence_commit``
+  is refused here (not offered).
+
+  Baseten's timestamps: ``timestamp_type: "word"`` asks for word timings with the audio
+  left as it is (binary frames); ``timestamp_transport_strategy`` ``sync`` (default)
+  puts each sentence's in its ``audio.done`` (``timestamp_info``), ``async`` sends them
+  in ``timestamps`` messages after the utterance's audio, before ``session.done``.
+  vllm-omni's ``word_timestamps: true`` is the other form (``audio.chunk``, below).
 - ``input.text``: ``text`` (string; missing means "").
 - ``input.done``: ends the utterance (a flush, the connection stays open).
 - ``session.close``: ends the connection.
+- ``voice.list``; ``voice.add`` (``name``, ``consent``, ``audio_data``: base64 audio,
+  ``audio_format``, ``ref_text``, ``speaker_description``; Baseten's ``speaker_embedding``
+  form is refused here); ``voice.remove`` (``name``). Any time, before the first
+  ``session.config`` too.
 
 Server -> client:
 
@@ -46,7 +65,14 @@ Server -> client:
   ``chunk_id``, ``chunk_start_ms``, ``chunk_end_ms``, ``sample_rate``, ``channels``,
   ``audio_b64``, ``timestamps`` (null, or a list of ``{word, start_ms, end_ms}`` on the
   trailing empty chunk of a sentence).
-- ``audio.done``: ``utterance_index``, ``sentence_index``, ``total_bytes``, ``error``.
+- ``audio.done``: ``utterance_index``, ``sentence_index``, ``total_bytes``, ``error``;
+  ``timestamp_info`` (``{word_alignment: {words, word_start_times_seconds,
+  word_end_times_seconds}}``) with Baseten's ``sync`` timestamps.
+- ``timestamps``: ``utterance_index``, ``sentence_index``, ``timestamp_info`` or ``error``
+  (Baseten's ``async`` timestamps).
+- ``voice.list.result`` (``voices``: built-in names, ``uploaded_voices``: entries),
+  ``voice.add.result`` (``success``, ``voice`` or ``error``), ``voice.remove.result``
+  (``success``, ``name``, ``error``).
 - ``session.done``: ``utterance_index``, ``total_sentences`` (ends the utterance, not
   the connection).
 - ``error``: ``message``; ``partial_audio: true`` and ``action: "discard"`` when a
@@ -61,7 +87,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from protocol.codec import decode_tagged, encode_message, message_tags
 from protocol.errors import ProtocolError
@@ -71,6 +97,8 @@ ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
 SplitGranularity = Literal["none", "sentence", "clause"]
 TimestampType = Literal["word", "none"]
+TimestampStrategy = Literal["sync", "async"]
+StreamingMode = Literal["sentence", "token_level", "sentence_commit"]
 
 DEFAULT_SPLIT: SplitGranularity = "clause"
 """Our ``split_granularity`` when a config leaves it out (vllm-omni's is ``none``)."""
@@ -80,6 +108,8 @@ _ALLOWED: dict[str, tuple[object, ...]] = {
     "task_type": get_args(TaskType),
     "split_granularity": get_args(SplitGranularity),
     "timestamp_type": get_args(TimestampType),
+    "timestamp_transport_strategy": get_args(TimestampStrategy),
+    "streaming_mode": get_args(StreamingMode),
 }
 
 
@@ -108,6 +138,8 @@ class VllmSessionConfig(_VllmClient, tag="session.config"):
     timestamp_type: TimestampType | None = None
     seed: Any = None
     split_granularity: SplitGranularity | None = None
+    streaming_mode: StreamingMode | None = None
+    timestamp_transport_strategy: TimestampStrategy | None = None
     sample_rate: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
     options: Options | None = None
 
@@ -118,8 +150,24 @@ class VllmSessionConfig(_VllmClient, tag="session.config"):
 
     @property
     def wants_word_timestamps(self) -> bool:
-        """Asked either way: ``word_timestamps: true`` or ``timestamp_type: "word"``."""
-        return self.word_timestamps or self.timestamp_type == "word"
+        """Word timings asked either way: ``word_timestamps: true`` or ``timestamp_type:
+        "word"``."""
+        return self.word_timestamps or self.wants_timestamp_info
+
+    @property
+    def wants_timestamp_info(self) -> bool:
+        """Baseten's form: ``timestamp_type: "word"`` (audio stays binary)."""
+        return self.timestamp_type == "word"
+
+    @property
+    def timestamp_strategy(self) -> TimestampStrategy:
+        """``timestamp_transport_strategy``, ``sync`` when left out (Baseten's default)."""
+        return self.timestamp_transport_strategy or "sync"
+
+    @property
+    def token_level(self) -> bool:
+        """One request per utterance, extended by each ``input.text``."""
+        return self.streaming_mode == "token_level"
 
     @property
     def effective_split(self) -> SplitGranularity:
@@ -139,7 +187,41 @@ class VllmSessionClose(_VllmClient, tag="session.close"):
     pass
 
 
-VllmClientMessage = VllmSessionConfig | VllmInputText | VllmInputDone | VllmSessionClose
+class VllmVoiceList(_VllmClient, tag="voice.list"):
+    pass
+
+
+class VllmVoiceAdd(_VllmClient, tag="voice.add"):
+    """Baseten's voice upload; the values are checked as ``POST /v1/audio/voices`` checks
+    its fields (names, lengths, the audio), by the server."""
+
+    name: Any = None
+    consent: str | None = None
+    audio_data: str | None = None
+    """The reference audio, base64 (a ``data:`` URL too)."""
+    audio_format: Name | None = None
+    """The file's extension (``wav``, ``mp3``, ...): its MIME type is kept with the voice."""
+    ref_text: str | None = None
+    speaker_description: str | None = None
+    x_vector_only_mode: bool | None = None
+    speaker_embedding: Any = None
+    """Baseten's other form of a voice; refused here (no model clones from a vector alone)."""
+
+
+class VllmVoiceRemove(_VllmClient, tag="voice.remove"):
+    name: Name | None = None
+
+
+VllmClientMessage = (
+    VllmSessionConfig
+    | VllmInputText
+    | VllmInputDone
+    | VllmSessionClose
+    | VllmVoiceList
+    | VllmVoiceAdd
+    | VllmVoiceRemove
+)
+VOICE_MESSAGES = ("voice.list", "voice.add", "voice.remove")
 
 
 class _VllmServer(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, omit_defaults=True):
@@ -174,13 +256,36 @@ class VllmAudioChunk(_VllmServer, tag="audio.chunk"):
     timestamps: list[VllmWordTimestamp] | None
 
 
+class WordAlignment(msgspec.Struct, kw_only=True, frozen=True):
+    """Baseten's word timings of one sentence, in seconds from its first sample."""
+
+    words: list[str]
+    word_start_times_seconds: list[float]
+    word_end_times_seconds: list[float]
+
+
+class TimestampInfo(msgspec.Struct, kw_only=True, frozen=True):
+    word_alignment: WordAlignment
+
+
 # omit_defaults=False: vllm-omni always sends total_bytes and error; the defaults only
-# let older servers' audio.done (without them) decode.
+# let older servers' audio.done (without them) decode. timestamp_info is left out unless
+# set (UNSET), as Baseten's server sends it only with sync timestamps.
 class VllmAudioDone(_VllmServer, tag="audio.done", omit_defaults=False):
     utterance_index: int
     sentence_index: int
     total_bytes: int = 0
     error: bool = False
+    timestamp_info: TimestampInfo | UnsetType = UNSET
+
+
+class VllmTimestamps(_VllmServer, tag="timestamps"):
+    """One sentence's word timings, sent after the utterance's audio (``async``)."""
+
+    utterance_index: int
+    sentence_index: int
+    timestamp_info: TimestampInfo | None = None
+    error: str | None = None
 
 
 class VllmSessionDone(_VllmServer, tag="session.done"):
@@ -194,7 +299,36 @@ class VllmError(_VllmServer, tag="error"):
     action: Literal["discard"] | None = None
 
 
-VllmServerMessage = VllmAudioStart | VllmAudioChunk | VllmAudioDone | VllmSessionDone | VllmError
+class VllmVoiceListResult(_VllmServer, tag="voice.list.result"):
+    voices: list[str]
+    """The model's built-in voices."""
+    uploaded_voices: list[dict[str, Any]]
+    """The stored clones, as ``GET /v1/audio/voices`` lists them."""
+
+
+class VllmVoiceAddResult(_VllmServer, tag="voice.add.result"):
+    success: bool
+    voice: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class VllmVoiceRemoveResult(_VllmServer, tag="voice.remove.result"):
+    success: bool
+    name: str
+    error: str | None = None
+
+
+VllmServerMessage = (
+    VllmAudioStart
+    | VllmAudioChunk
+    | VllmAudioDone
+    | VllmTimestamps
+    | VllmSessionDone
+    | VllmError
+    | VllmVoiceListResult
+    | VllmVoiceAddResult
+    | VllmVoiceRemoveResult
+)
 
 _client_decoder = msgspec.json.Decoder(VllmClientMessage)
 _server_decoder = msgspec.json.Decoder(VllmServerMessage)

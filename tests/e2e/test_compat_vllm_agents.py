@@ -1,6 +1,7 @@
 """The vllm-omni socket as voice agents and vllm-omni's own clients use it: the output
-rate, speech before the reply ends, several utterances per socket, word timestamps asked
-either way, the 1 MiB frame limit of the ``websockets`` client, refusals in the log.
+rate, speech before the reply ends, several utterances per socket, word timestamps in
+vllm-omni's form and Baseten's, the 1 MiB frame limit of the ``websockets`` client,
+refusals in the log.
 
 Every client here is a plain ``websockets`` connection speaking vllm-omni's messages."""
 
@@ -199,14 +200,23 @@ async def read_chunked_sentence(client: VllmClient) -> tuple[dict[str, Any], lis
         chunks.append(msg)
 
 
-@pytest.mark.parametrize(
-    "asked", [{"word_timestamps": True}, {"timestamp_type": "word"}], ids=["upstream", "plugin"]
-)
-async def test_word_timestamps_asked_either_way(
-    tiny_server: RunningServer, asked: dict[str, Any]
-) -> None:
+def tiny_word_times(sentence_text: str) -> list[tuple[str, int, int]]:
+    """(word, start ms, end ms) as the tiny model speaks them: one input byte per 20 ms
+    frame, so its timings are exact."""
+    expected, at = [], 0
+    for word in sentence_text.split():
+        at = sentence_text.index(word, at)
+        first = len(sentence_text[:at].encode())
+        expected.append((word, 20 * first, 20 * (first + len(word.encode()))))
+        at += len(word)
+    return expected
+
+
+async def test_word_timestamps_in_audio_chunks(tiny_server: RunningServer) -> None:
+    """vllm-omni's form: ``word_timestamps: true`` sends the PCM in audio.chunk messages
+    and each sentence's timings in a trailing empty one."""
     client = await VllmClient.connect(tiny_server)
-    await client.send(type="session.config", response_format="pcm", **asked)
+    await client.send(type="session.config", response_format="pcm", word_timestamps=True)
     clauses = ["Word timestamps,", "please."]
     # Streamed in two pieces, so the clause is cut (a whole text would be one sentence).
     await client.send(type="input.text", text=clauses[0])
@@ -236,20 +246,92 @@ async def test_word_timestamps_asked_either_way(
             pcm += base64.b64decode(chunk["audio_b64"])
             assert chunk["chunk_end_ms"] == round(len(pcm) / 2 / OUT_RATE * 1000)
         assert pcm == await native_pcm(tiny_server, [[sentence_text]], OUT_RATE)
-        # The trailing empty chunk spans the sentence and carries its words' timing: the
-        # tiny model speaks one input byte per 20 ms frame, so they are exact.
+        # The trailing empty chunk spans the sentence and carries its words' timing.
         assert trailer["audio_b64"] == ""
         assert trailer["chunk_start_ms"] == 0
         assert trailer["chunk_end_ms"] == round(len(pcm) / 2 / OUT_RATE * 1000)
-        expected, at = [], 0
-        for word in sentence_text.split():
-            at = sentence_text.index(word, at)
-            first = len(sentence_text[:at].encode())
-            expected.append(
-                {"word": word, "start_ms": 20 * first, "end_ms": 20 * (first + len(word.encode()))}
-            )
-            at += len(word)
-        assert trailer["timestamps"] == expected
+        assert trailer["timestamps"] == [
+            {"word": word, "start_ms": start_ms, "end_ms": end_ms}
+            for word, start_ms, end_ms in tiny_word_times(sentence_text)
+        ]
+    done = await client.next_message()
+    assert done == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}
+    await client.close()
+
+
+def alignment(sentence_text: str) -> dict[str, Any]:
+    """Baseten's ``timestamp_info`` of a tiny-model sentence (seconds, sentence-relative)."""
+    times = tiny_word_times(sentence_text)
+    return {
+        "word_alignment": {
+            "words": [word for word, _, _ in times],
+            "word_start_times_seconds": [start / 1000 for _, start, _ in times],
+            "word_end_times_seconds": [end / 1000 for _, _, end in times],
+        }
+    }
+
+
+@pytest.mark.parametrize("fmt", ["pcm", "mp3"])
+async def test_timestamp_type_word_keeps_binary_audio_and_times_in_audio_done(
+    tiny_server: RunningServer, fmt: str
+) -> None:
+    """Baseten's form (LiveKit's Baseten plugin): ``timestamp_type: "word"``, strategy
+    ``sync`` (also its default): the audio stays binary, in any format, and each
+    sentence's timings come in its audio.done."""
+    client = await VllmClient.connect(tiny_server)
+    await client.send(
+        type="session.config",
+        response_format=fmt,
+        stream_audio=fmt == "pcm",
+        timestamp_type="word",
+        timestamp_transport_strategy="sync",
+    )
+    clauses = ["Word timestamps,", "please."]
+    utt = await client.speak([clauses[0], " " + clauses[1]])
+    await client.close()
+    assert [s.start["sentence_text"] for s in utt.sentences] == clauses
+    for sentence in utt.sentences:
+        text = sentence.start["sentence_text"]
+        assert "word_timestamps" not in sentence.start
+        if fmt == "pcm":
+            assert sentence.data == await native_pcm(tiny_server, [[text]], OUT_RATE)
+        else:
+            assert sentence.data.startswith(b"ID3") and len(sentence.audio) == 1
+        assert sentence.done == {
+            "type": "audio.done",
+            "utterance_index": 0,
+            "sentence_index": sentence.start["sentence_index"],
+            "total_bytes": len(sentence.data),
+            "error": False,
+            "timestamp_info": alignment(text),
+        }
+    assert utt.done["total_sentences"] == 2
+
+
+async def test_async_timestamps_follow_the_audio(tiny_server: RunningServer) -> None:
+    """Strategy ``async``: audio.done carries none; ``timestamps`` messages for every
+    sentence come after the utterance's audio, before session.done."""
+    client = await VllmClient.connect(tiny_server)
+    await client.send(
+        type="session.config",
+        response_format="pcm",
+        timestamp_type="word",
+        timestamp_transport_strategy="async",
+    )
+    await client.send(type="input.text", text="First one. Second")
+    await client.send(type="input.text", text=" one.")
+    await client.send(type="input.done")
+    sentences = [await client.read_sentence(), await client.read_sentence()]
+    assert all("timestamp_info" not in s.done for s in sentences if s.done is not None)
+    texts = [s.start["sentence_text"] for s in sentences]
+    assert texts == ["First one.", "Second one."]
+    for index, text in enumerate(texts):
+        assert await client.next_message() == {
+            "type": "timestamps",
+            "utterance_index": 0,
+            "sentence_index": index,
+            "timestamp_info": alignment(text),
+        }
     done = await client.next_message()
     assert done == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}
     await client.close()
@@ -258,15 +340,17 @@ async def test_word_timestamps_asked_either_way(
 async def test_word_timestamps_need_pcm(tiny_server: RunningServer) -> None:
     client = await VllmClient.connect(tiny_server)
     await client.send(type="session.config", response_format="pcm")
-    await client.send(type="session.config", response_format="mp3", timestamp_type="word")
+    await client.send(type="session.config", response_format="mp3", word_timestamps=True)
     error = await client.next_message()
     assert error["message"].startswith(
-        "Invalid session config: timestamp_type: word timestamps come in audio.chunk"
+        "Invalid session config: word_timestamps: word timestamps come in audio.chunk"
     )
     assert 'set response_format to "pcm"' in error["message"]
+    assert 'timestamp_type "word"' in error["message"]
     # The session keeps its pcm config, without timestamps.
     [sentence] = (await client.speak(["Still pcm."])).sentences
     assert "word_timestamps" not in sentence.start
+    assert sentence.done is not None and "timestamp_info" not in sentence.done
     assert len(sentence.data) == 2 * tiny_samples("Still pcm.", OUT_RATE)
     await client.close()
 

@@ -7,6 +7,7 @@ import pytest
 from protocol import ErrorCode, ProtocolError
 from protocol.compat_vllm import (
     DEFAULT_SPLIT,
+    TimestampInfo,
     VllmAudioChunk,
     VllmAudioDone,
     VllmAudioStart,
@@ -16,7 +17,15 @@ from protocol.compat_vllm import (
     VllmSessionClose,
     VllmSessionConfig,
     VllmSessionDone,
+    VllmTimestamps,
+    VllmVoiceAdd,
+    VllmVoiceAddResult,
+    VllmVoiceList,
+    VllmVoiceListResult,
+    VllmVoiceRemove,
+    VllmVoiceRemoveResult,
     VllmWordTimestamp,
+    WordAlignment,
     decode_vllm_client,
     decode_vllm_server,
     encode_vllm_client,
@@ -49,10 +58,32 @@ CLIENT = [
         sample_rate=16000,
     ),
     VllmSessionConfig(split_granularity="none", timestamp_type="none"),
+    VllmSessionConfig(
+        streaming_mode="token_level", timestamp_type="word", timestamp_transport_strategy="async"
+    ),
     VllmInputText(text="Hello "),
     VllmInputDone(),
     VllmSessionClose(),
+    VllmVoiceList(),
+    VllmVoiceAdd(
+        name="bob",
+        consent="user_consent",
+        audio_data="UklGRg==",
+        audio_format="wav",
+        ref_text="Hello.",
+        speaker_description="calm",
+        x_vector_only_mode=False,
+    ),
+    VllmVoiceRemove(name="bob"),
 ]
+
+INFO = TimestampInfo(
+    word_alignment=WordAlignment(
+        words=["Hi,", "there"],
+        word_start_times_seconds=[0.0, 0.28],
+        word_end_times_seconds=[0.28, 0.8],
+    )
+)
 
 SERVER = [
     VllmAudioStart(utterance_index=0, sentence_index=0, sentence_text="Hi.", format="wav"),
@@ -88,7 +119,14 @@ SERVER = [
         timestamps=[VllmWordTimestamp(word="Hi", start_ms=0, end_ms=79.5)],
     ),
     VllmAudioDone(utterance_index=0, sentence_index=0, total_bytes=3840, error=False),
+    VllmAudioDone(utterance_index=0, sentence_index=0, total_bytes=3840, timestamp_info=INFO),
+    VllmTimestamps(utterance_index=0, sentence_index=1, timestamp_info=INFO),
+    VllmTimestamps(utterance_index=0, sentence_index=1, error="no timings"),
     VllmSessionDone(utterance_index=0, total_sentences=1),
+    VllmVoiceListResult(voices=["joe"], uploaded_voices=[{"name": "bob", "consent": ""}]),
+    VllmVoiceAddResult(success=True, voice={"name": "bob"}),
+    VllmVoiceAddResult(success=False, error="name: taken"),
+    VllmVoiceRemoveResult(success=True, name="bob"),
     VllmError(message="Invalid JSON message"),
     VllmError(message="Generation failed", partial_audio=True, action="discard"),
 ]
@@ -133,6 +171,35 @@ def test_defaults_match_vllm_omni_but_split():
 def test_word_timestamps_asked_either_way(fields, wanted):
     cfg = decode_vllm_client('{"type":"session.config",' + fields + "}")
     assert cfg.wants_word_timestamps is wanted
+
+
+@pytest.mark.parametrize(
+    ("fields", "info", "strategy"),
+    [
+        ('"timestamp_type":"word"', True, "sync"),
+        ('"timestamp_type":"word","timestamp_transport_strategy":"async"', True, "async"),
+        ('"word_timestamps":true', False, "sync"),
+        ('"timestamp_transport_strategy":"async"', False, "async"),
+    ],
+)
+def test_baseten_timestamps(fields, info, strategy):
+    """Baseten's ``timestamp_type: "word"`` (binary audio, timings in audio.done or
+    ``timestamps``), apart from vllm-omni's ``word_timestamps`` (audio.chunk)."""
+    cfg = decode_vllm_client('{"type":"session.config",' + fields + "}")
+    assert cfg.wants_timestamp_info is info and cfg.timestamp_strategy == strategy
+
+
+def test_audio_done_carries_timestamp_info_only_when_set():
+    done = json.loads(
+        encode_vllm_server(VllmAudioDone(utterance_index=0, sentence_index=0, timestamp_info=INFO))
+    )
+    assert done["timestamp_info"] == {
+        "word_alignment": {
+            "words": ["Hi,", "there"],
+            "word_start_times_seconds": [0.0, 0.28],
+            "word_end_times_seconds": [0.28, 0.8],
+        }
+    }
 
 
 def test_speaker_is_an_alias_of_voice():
@@ -185,6 +252,18 @@ def test_audio_done_always_carries_total_bytes_and_error():
             ErrorCode.UNSUPPORTED_VALUE,
             "timestamp_type",
         ),
+        (
+            '{"type":"session.config","timestamp_transport_strategy":"later"}',
+            ErrorCode.UNSUPPORTED_VALUE,
+            "timestamp_transport_strategy",
+        ),
+        (
+            '{"type":"session.config","streaming_mode":"tokens"}',
+            ErrorCode.UNSUPPORTED_VALUE,
+            "streaming_mode",
+        ),
+        ('{"type":"voice.add","consent":5}', ErrorCode.INVALID_FIELD, "consent"),
+        ('{"type":"voice.remove","name":["x"]}', ErrorCode.INVALID_FIELD, "name"),
         ('{"type":"session.config","sample_rate":0}', ErrorCode.INVALID_FIELD, "sample_rate"),
         ('{"type":"session.config","sample_rate":"24k"}', ErrorCode.INVALID_FIELD, "sample_rate"),
         (

@@ -309,6 +309,17 @@ async def read_upload(request: Request) -> Upload:
             " file and a name) or a JSON object with base64 audio_sample",
             code=ErrorCode.INVALID_FIELD,
         )
+    return upload_of(fields)
+
+
+def upload_from_json(body: dict[str, Any]) -> Upload:
+    """An upload sent as a JSON object (base64 ``audio_sample``), checked as the POST
+    body is; ApiError naming the field otherwise. The vllm socket's ``voice.add`` too."""
+    return upload_of(_json_fields(body))
+
+
+def upload_of(fields: dict[str, Any]) -> Upload:
+    """The upload's fields checked: texts within their limits, the audio present."""
     texts = {
         key: _text(fields, key, limit)
         for key, limit in (

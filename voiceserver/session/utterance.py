@@ -74,11 +74,15 @@ class Utterance:
         self._paused = False
         self._finished = False
         self._ended = False
+        config = rt.model_config.segmenter.with_split(split)  # type: ignore[arg-type]
         if rt.model.capabilities.streaming_text:
-            self._streamer: WordStreamer | None = WordStreamer()
+            timed = config.mode == "auto"  # timers only matter to a caller of poll()
+            self._streamer: WordStreamer | None = WordStreamer(
+                max_delay_ms=config.max_delay_ms if timed else None,
+                end_delay_ms=config.end_delay_ms if timed else None,
+            )
             self._segmenter: TextSegmenter | None = None
         else:
-            config = rt.model_config.segmenter.with_split(split)  # type: ignore[arg-type]
             self._streamer, self._segmenter = None, TextSegmenter(config)
         lead = None if live else rt.model_config.engine.offline_max_lead_s
         self.handle = rt.client.open(
@@ -124,12 +128,32 @@ class Utterance:
         self.chars += len(text)
         self.tracker.text_arrived()
         if self._streamer is not None:
-            for piece in self._streamer.push(text):
+            for piece in self._streamer.push(text, time.monotonic()):
                 self.handle.append(piece)
             return
         assert self._segmenter is not None
         for segment in self._segmenter.push(text, time.monotonic()):
             self.handle.append(segment.text, offset=segment.char_start)
+
+    def deadline(self) -> float | None:
+        """When :meth:`poll` should be called (monotonic seconds) for text held back
+        waiting for a boundary (the segmenter's ``max_delay_ms``/``end_delay_ms``);
+        None: nothing waits on a timer."""
+        source = self._streamer if self._streamer is not None else self._segmenter
+        return None if self._ended or source is None else source.deadline()
+
+    def poll(self) -> None:
+        """Speak the held text whose :meth:`deadline` has passed (text streamed in live
+        that paused without a boundary), as the native socket's timers do."""
+        if self._ended:
+            return
+        now = time.monotonic()
+        if self._streamer is not None:
+            for piece in self._streamer.poll(now):
+                self.handle.append(piece)
+        elif self._segmenter is not None:
+            for segment in self._segmenter.poll(now):
+                self.handle.append(segment.text, offset=segment.char_start)
 
     def flush(self, flush_id: int | None = None) -> None:
         rest = self._take_rest()

@@ -9,6 +9,7 @@
 - ``ChunkMessages`` makes vllm-omni's ``audio.chunk`` messages (word timestamps on):
   base64 PCM with its place in the sentence, then a trailing empty chunk whose
   ``timestamps`` are the sentence's word timings from ``WordTimings``.
+- ``WordTimings.info`` is the same timings in Baseten's ``timestamp_info`` shape.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from protocol.compat_vllm import VllmAudioChunk, VllmWordTimestamp
+from protocol.compat_vllm import TimestampInfo, VllmAudioChunk, VllmWordTimestamp, WordAlignment
 from voiceserver.audio import OutputStage, make_output, wav_header
 from voiceserver.audio.containers import encode_whole_file
 from voiceserver.transport.compat_settings import AudioSpec
@@ -94,7 +95,7 @@ class WordTimings:
     """
 
     def __init__(self) -> None:
-        self._words: list[VllmWordTimestamp] | None = None
+        self._words: list[tuple[str, float, float]] | None = None
 
     def aligned(self) -> None:
         """The context times its words: ``words`` is a list from now on, empty for a
@@ -106,13 +107,29 @@ class WordTimings:
         """One word, its start and end in seconds from the start of the sentence."""
         if self._words is None:
             self._words = []
-        self._words.append(
-            VllmWordTimestamp(word=word, start_ms=round(start_s * 1000), end_ms=round(end_s * 1000))
-        )
+        self._words.append((word, start_s, end_s))
 
     @property
     def words(self) -> list[VllmWordTimestamp] | None:
-        return None if self._words is None else list(self._words)
+        if self._words is None:
+            return None
+        return [
+            VllmWordTimestamp(word=word, start_ms=round(start * 1000), end_ms=round(end * 1000))
+            for word, start, end in self._words
+        ]
+
+    def info(self) -> TimestampInfo | None:
+        """Baseten's ``timestamp_info`` (seconds, to the millisecond), or None when the
+        context does not time its words (Baseten's server then leaves it out)."""
+        if self._words is None:
+            return None
+        return TimestampInfo(
+            word_alignment=WordAlignment(
+                words=[word for word, _, _ in self._words],
+                word_start_times_seconds=[round(start, 3) for _, start, _ in self._words],
+                word_end_times_seconds=[round(end, 3) for _, _, end in self._words],
+            )
+        )
 
 
 class ChunkMessages:

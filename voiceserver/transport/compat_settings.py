@@ -3,9 +3,11 @@
 Departures from vllm-omni (docs/vllm-socket.md says why): the output rate is 24 kHz
 unless ``sample_rate`` picks another (vllm-omni sends its model's rate, 24 kHz for
 Qwen3-TTS; ours must not depend on the loaded model); ``split_granularity`` left out
-means ``clause``; word timestamps are asked for by ``word_timestamps`` or
-``timestamp_type``, and need ``pcm`` because they ride ``audio.chunk`` messages of raw
-PCM (vllm-omni also needs ``stream_audio``; here asking for them implies it).
+means ``clause``; vllm-omni's ``word_timestamps`` need ``pcm`` because they ride
+``audio.chunk`` messages of raw PCM (vllm-omni also needs ``stream_audio``; here asking
+for them implies it), Baseten's ``timestamp_type: "word"`` leaves the audio as it is
+and takes any format; ``streaming_mode: "token_level"`` streams the audio (vllm-omni:
+``pcm`` only; here any format ``stream_audio`` can send).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from models.base import SynthParams
-from protocol.compat_vllm import VllmSessionConfig
+from protocol.compat_vllm import TimestampStrategy, VllmSessionConfig
 from protocol.errors import ProtocolError
 from protocol.validation import check_text
 from voiceserver.audio import AudioFormat
@@ -50,8 +52,17 @@ class AudioSpec:
     sample_rate: int
     """Rate of the audio sent: ``sample_rate`` of the config, else 24 kHz."""
     word_chunks: bool = False
-    """Word timestamps are on: PCM goes out in ``audio.chunk`` messages (base64), and
-    each sentence ends with an empty one carrying its timings."""
+    """vllm-omni's word timestamps: PCM goes out in ``audio.chunk`` messages (base64),
+    and each sentence ends with an empty one carrying its timings."""
+    timestamp_info: TimestampStrategy | None = None
+    """Baseten's word timestamps (``timestamp_type: "word"``), the audio left as it is:
+    ``sync``, each sentence's in its ``audio.done``; ``async``, in ``timestamps``
+    messages after the utterance's audio; None: off."""
+
+    @property
+    def word_timings(self) -> bool:
+        """Some form of word timestamps is on: the engine times the words."""
+        return self.word_chunks or self.timestamp_info is not None
 
     @property
     def wire_format(self) -> AudioFormat:
@@ -76,6 +87,9 @@ class CompatSettings:
     engine's own). Kept for the context open call; see ``open_sentence``."""
     task_type: str | None = None
     """vllm-omni's ``task_type`` as sent (CustomVoice | VoiceDesign | Base)."""
+    token_level: bool = False
+    """``streaming_mode: "token_level"``: each utterance is one engine context, opened by
+    its first ``input.text`` and fed the later ones as they come."""
 
 
 def _check_texts(cfg: VllmSessionConfig) -> None:
@@ -91,20 +105,27 @@ def _check_texts(cfg: VllmSessionConfig) -> None:
 def audio_spec(cfg: VllmSessionConfig) -> AudioSpec:
     """Format, rate and framing asked for; raises ConfigError naming the field."""
     fmt = cfg.response_format
-    words = cfg.wants_word_timestamps
+    words = cfg.word_timestamps
     if words and fmt != "pcm":
-        asked = "word_timestamps" if cfg.word_timestamps else "timestamp_type"
         raise ConfigError(
-            asked,
-            f"{asked}: word timestamps come in audio.chunk messages of raw PCM; set response_format"
-            f' to "pcm" (got {fmt!r}) or turn word timestamps off',
+            "word_timestamps",
+            "word_timestamps: word timestamps come in audio.chunk messages of raw PCM; set"
+            f' response_format to "pcm" (got {fmt!r}), or ask for timestamp_type "word" (the'
+            " audio stays binary, the timings come in audio.done)",
         )
-    if cfg.stream_audio and fmt not in STREAMABLE_FORMATS:
+    if cfg.streaming_mode == "sentence_commit":
         raise ConfigError(
-            "response_format",
-            f"response_format: {fmt!r} cannot be streamed; with stream_audio=true use one of:"
-            f" {', '.join(STREAMABLE_FORMATS)}",
+            "streaming_mode",
+            "streaming_mode: 'sentence_commit' is not offered by this server; allowed:"
+            " 'sentence', 'token_level'",
         )
+    for asked, why in ((cfg.stream_audio, "stream_audio=true"), (cfg.token_level, "token_level")):
+        if asked and fmt not in STREAMABLE_FORMATS:
+            raise ConfigError(
+                "response_format",
+                f"response_format: {fmt!r} cannot be streamed; with {why} use one of:"
+                f" {', '.join(STREAMABLE_FORMATS)}",
+            )
     rates = SAMPLE_RATES[fmt]
     rate = DEFAULT_SAMPLE_RATE if cfg.sample_rate is None else cfg.sample_rate
     if rate not in rates:
@@ -112,7 +133,13 @@ def audio_spec(cfg: VllmSessionConfig) -> AudioSpec:
             "sample_rate",
             f"sample_rate: {rate} Hz is not offered for {fmt}; allowed: {', '.join(map(str, rates))}",
         )
-    spec = AudioSpec(fmt, cfg.stream_audio or words, rate, word_chunks=words)
+    spec = AudioSpec(
+        fmt,
+        cfg.stream_audio or words or cfg.token_level,
+        rate,
+        word_chunks=words,
+        timestamp_info=cfg.timestamp_strategy if cfg.wants_timestamp_info else None,
+    )
     spec.wire_format.validate()
     return spec
 
@@ -150,7 +177,9 @@ def settings_from_config(
     )
     for warning in warnings:  # the socket's protocol has no warning message
         log.info("vllm socket session.config: %s", warning)
-    base = replace(rt.model_config.segmenter, mode="auto", max_delay_ms=None)
+    # The model's segmenter, timers included: a finished sentence is spoken at once and
+    # text without a boundary waits at most max_delay_ms, as on the native socket.
+    base = replace(rt.model_config.segmenter, mode="auto")
     split = cfg.effective_split
     segmenter = base.with_split("auto" if split == "clause" else split)
     return CompatSettings(
@@ -159,4 +188,5 @@ def settings_from_config(
         segmenter,
         initial_codec_chunk_frames=cfg.initial_codec_chunk_frames,
         task_type=cfg.task_type,
+        token_level=cfg.token_level,
     )

@@ -1,28 +1,42 @@
 """GET /v1/audio/speech/stream: vllm-omni's streaming-text WebSocket, served by our engine.
 
 The same message set and order as vllm-omni's ``serving_speech_stream.py`` (see
-``protocol/compat_vllm.py``), so its clients work unchanged:
+``protocol/compat_vllm.py``), so its clients work unchanged, and Baseten's additions
+to it that LiveKit's Baseten plugin speaks (timestamps in ``audio.done``, voice
+messages):
 
 - ``session.config`` must come first; before it, any other or any bad message gets an
-  ``error`` and the socket closes. It may be sent again between utterances (not while
-  text of an utterance is pending: that is an ``error`` and the old config stays).
+  ``error`` and the socket closes (the voice messages excepted). It may be sent again
+  between utterances (not while text of an utterance is pending: that is an ``error``
+  and the old config stays).
 - ``input.text`` is cut by ``split_granularity``: ``none`` waits for ``input.done``;
-  ``sentence`` and ``clause`` cut as text streams in (with our segmenter, the clause
-  mode exactly as the native endpoint's automatic mode). Left out, it is ``clause``
-  (vllm-omni: ``none``), so a voice agent hears the reply while it is still written.
+  ``sentence`` and ``clause`` cut as text streams in (with our segmenter and its
+  timers, the clause mode exactly as the native endpoint's automatic mode: a finished
+  sentence is spoken at once, text without a boundary waits at most ``max_delay_ms``).
+  Left out, it is ``clause`` (vllm-omni: ``none``), so a voice agent hears the reply
+  while it is still written.
 - Every cut is one "sentence", spoken as one engine context, in order: ``audio.start``
   (naming ``sample_rate`` and ``channels`` for every format), its audio, ``audio.done
   {total_bytes, error}``. Audio is 24 kHz unless ``sample_rate`` says otherwise.
   Without ``stream_audio`` the audio is the whole sentence as a file of
   ``response_format``, in binary frames of at most 1 MiB (clients join them); with it,
   raw chunks as they are made (pcm: s16le; wav: one header with open sizes, then
-  s16le; opus: Ogg pages). With word timestamps (``word_timestamps: true`` or
-  ``timestamp_type: "word"``, pcm only) the PCM goes in ``audio.chunk`` messages instead,
-  and each sentence ends with an empty ``audio.chunk`` carrying its word timings
-  (``null`` while the engine gives none).
+  s16le; opus: Ogg pages).
+- ``streaming_mode: "token_level"``: an utterance is one engine context instead, opened
+  by its first ``input.text`` and fed every later one as it comes
+  (``compat_vllm_live``), so audio starts before the rest of the text is sent:
+  ``audio.start`` (sentence 0, named by the first fragment), the audio streamed,
+  ``audio.done``, then ``session.done`` counting the fragments, as vllm-omni sends.
+- Word timestamps: vllm-omni's ``word_timestamps: true`` (pcm) sends the PCM in
+  ``audio.chunk`` messages, each sentence ending with an empty one carrying its word
+  timings; Baseten's ``timestamp_type: "word"`` leaves the audio as it is and puts the
+  timings in ``audio.done`` (``timestamp_transport_strategy: "sync"``, the default) or
+  in ``timestamps`` messages after the utterance's audio (``"async"``).
 - ``input.done`` flushes the rest, then ``session.done {utterance_index,
   total_sentences}``; the socket stays open. ``session.close`` closes it with 1000 once
   everything before it has been answered.
+- ``voice.list``, ``voice.add``, ``voice.remove`` (Baseten's) are answered at any time
+  from the voices API (``compat_vllm_voices``), in order with everything else.
 - Errors after the first config are not fatal. A failed sentence gets an ``error``
   (``partial_audio``/``action: discard`` when some of its audio went out) and still its
   ``audio.done`` with ``error: true``.
@@ -36,6 +50,9 @@ queue count toward ``Limits.outbox_max_bytes``, every send must complete within
 ``Limits.slow_reader_timeout_s``, and either failing frees the sentence in flight and
 closes 1008 (aborting the connection when even that cannot be sent). On shutdown the
 utterance in progress may finish until the deadline; then it gets an ``error`` and 1012.
+A token-level utterance holds its engine context while it waits for text: when no
+message comes for ``Limits.context_idle_timeout_s`` it is ended as if ``input.done``
+had come (an ``error`` says why).
 
 Per-client limits hold here as on the native socket: every message spends from the
 client's rate budget (past it: an ``error`` starting ``rate_limited``, and a second's
@@ -61,6 +78,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from models.base import ModelInputError
 from protocol.compat_vllm import (
+    VOICE_MESSAGES,
+    TimestampInfo,
     VllmAudioDone,
     VllmAudioStart,
     VllmError,
@@ -70,6 +89,12 @@ from protocol.compat_vllm import (
     VllmSessionClose,
     VllmSessionConfig,
     VllmSessionDone,
+    VllmTimestamps,
+    VllmVoiceAdd,
+    VllmVoiceAddResult,
+    VllmVoiceList,
+    VllmVoiceRemove,
+    VllmVoiceRemoveResult,
     decode_vllm_client,
     encode_vllm_server,
     vllm_error,
@@ -94,6 +119,8 @@ from voiceserver.transport.compat_audio import (
     binary_frames,
 )
 from voiceserver.transport.compat_settings import CompatSettings, ConfigError, settings_from_config
+from voiceserver.transport.compat_vllm_live import LiveText
+from voiceserver.transport.compat_vllm_voices import add_voice, list_voices, remove_voice
 from voiceserver.transport.ws import WebSocketPeer, admit_client, refuse_full
 
 log = logging.getLogger(__name__)
@@ -116,12 +143,34 @@ class _Sentence:
 
 
 @dataclass(frozen=True)
+class _LiveUtterance:
+    """A token-level utterance: one engine context fed as its text arrives."""
+
+    settings: CompatSettings
+    live: LiveText
+    utterance_index: int
+    sentence_index: int = 0
+
+    @property
+    def text(self) -> str:
+        return self.live.title
+
+
+@dataclass(frozen=True)
+class _UtteranceDone:
+    """``session.done``, after the utterance's async timestamps."""
+
+    utterance_index: int
+    total_sentences: int
+
+
+@dataclass(frozen=True)
 class _Close:
     code: int
     reason: str
 
 
-_Job = _Sentence | str | _Close
+_Job = _Sentence | _LiveUtterance | _UtteranceDone | str | _Close
 
 
 class _Gone(Exception):
@@ -133,7 +182,8 @@ class _Kind(msgspec.Struct):
 
 
 _kind_decoder = msgspec.json.Decoder(_Kind)
-_CLIENT_TYPES = ("session.config", "input.text", "input.done", "session.close")
+_CLIENT_TYPES = ("session.config", "input.text", "input.done", "session.close", *VOICE_MESSAGES)
+NO_TIMINGS = "word timestamps are not available for this model with these settings"
 
 
 def _message_type(raw: str) -> object:
@@ -144,21 +194,23 @@ def _message_type(raw: str) -> object:
 
 
 def open_sentence(
-    rt: Runtime, settings: CompatSettings, client: ClientId | None = None
+    rt: Runtime, settings: CompatSettings, client: ClientId | None = None, *, live: bool = False
 ) -> Utterance:
     """Open the engine context that speaks one sentence (raises Overloaded). vllm-omni's
     ``initial_codec_chunk_frames`` is the first vocoder chunk's size (0: the server's
-    default; past the engine's largest chunk it is that chunk)."""
+    default; past the engine's largest chunk it is that chunk). ``live``: a token-level
+    utterance, whose text the model's segmenter cuts as it streams in (a sentence's text
+    is whole and is spoken as one piece)."""
     first = settings.initial_codec_chunk_frames or None
     if first is not None:
         first = min(first, rt.model_config.engine.max_chunk_frames)
     return Utterance(
         rt,
         settings.params,
-        "none",
+        "auto" if live else "none",
         endpoint=ENDPOINT,
         live=True,
-        word_timestamps=settings.audio.word_chunks,
+        word_timestamps=settings.audio.word_timings,
         first_chunk_frames=first,
         client=client,
     )
@@ -186,11 +238,23 @@ class CompatSession:
         self._peer = WebSocketPeer(ws)
         self.settings: CompatSettings | None = None
         self._segmenter: TextSegmenter | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        """Wakes the segmenter when text has waited its max_delay_ms/end_delay_ms."""
+        self._live: LiveText | None = None
+        """The open token-level utterance (its first input.text has come)."""
+        self._async_timings: list[tuple[int, int, TimestampInfo | None]] = []
+        """Baseten's async timestamps (utterance, sentence, timings) not sent yet."""
         self._utterance_index = 0
         self._sentence_index = 0
         self._utterance_open = False
         self._closing = False
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self._prompt: asyncio.Queue[str] = asyncio.Queue()
+        """Replies sent at once while a token-level utterance speaks (see ``_put``)."""
+        self._speaking: LiveText | None = None
+        """The token-level utterance the worker is speaking."""
+        self._send_lock = asyncio.Lock()
+        """The worker and its relay send whole messages, one at a time."""
         self._pending = 0
         """Jobs queued or in progress; the idle timer runs only at zero."""
         self._queued_chars = 0
@@ -249,11 +313,7 @@ class CompatSession:
             expiry = asyncio.get_running_loop().call_later(wait, self._token_expired)
         try:
             while True:
-                timeout = (
-                    CONFIG_TIMEOUT_S
-                    if self.settings is None
-                    else self.rt.server.limits.idle_timeout_s
-                )
+                timeout = self._receive_timeout()
                 try:
                     message = self._early.popleft() if self._early else None
                     message = message or await asyncio.wait_for(self.ws.receive(), timeout)
@@ -278,6 +338,9 @@ class CompatSession:
             # cancelled (its Utterance frees the engine slot) and the queue dropped.
             if expiry is not None:
                 expiry.cancel()
+            self._cancel_timer()
+            if self._live is not None:
+                self._live.detach()
             self.rt.lifecycle.unregister(self)
             worker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -343,7 +406,25 @@ class CompatSession:
         self._put(encode_vllm_server(VllmError(message=message)))
         self._put(_Close(int(CloseCode.UNAUTHORIZED), "connect token expired"))
 
+    def _receive_timeout(self) -> float:
+        limits = self.rt.server.limits
+        if self.settings is None:
+            return CONFIG_TIMEOUT_S
+        if self._live is not None:  # an engine context waits for this client's text
+            return min(limits.idle_timeout_s, limits.context_idle_timeout_s)
+        return limits.idle_timeout_s
+
     def _on_timeout(self) -> None:
+        if self._live is not None and not self._closing:
+            wait = self._receive_timeout()
+            self._reject(
+                f"idle_timeout: no input.text or input.done for {wait:g} s while a"
+                " token-level utterance held its engine context; the utterance was ended:"
+                " what it had is spoken, then session.done",
+                "input.text",
+            )
+            self._input_done()
+            return
         if self._pending or self._closing:
             return
         if self.settings is None:
@@ -358,12 +439,17 @@ class CompatSession:
             self.rt.metrics.error(ENDPOINT, str(err.code))
             text = vllm_error(err).message
             kind = _message_type(raw)
+            if kind in VOICE_MESSAGES:  # answered in their own reply, never fatal
+                self._voice_refused(str(kind), text, err.param)
+                return
             if kind == "session.config":
                 text = f"Invalid session config: {text}"
             what = kind if kind in _CLIENT_TYPES else "message"
             self._reject(text, what, err.param)
             return
-        if isinstance(msg, VllmSessionConfig):
+        if isinstance(msg, VllmVoiceList | VllmVoiceAdd | VllmVoiceRemove):
+            await self._voice(msg)
+        elif isinstance(msg, VllmSessionConfig):
             await self._configure(msg)
         elif self.settings is None:
             tag = msg.__struct_config__.tag
@@ -407,11 +493,51 @@ class CompatSession:
         self.settings = settings
         self._segmenter = TextSegmenter(settings.segmenter)
 
+    async def _voice(self, msg: VllmVoiceList | VllmVoiceAdd | VllmVoiceRemove) -> None:
+        """Baseten's voice messages, answered in order with everything else."""
+        reply: VllmServerMessage
+        if isinstance(msg, VllmVoiceList):
+            reply = list_voices(self.rt)
+        elif isinstance(msg, VllmVoiceAdd):
+            # Cloning runs on the prepare workers; the socket is read meanwhile.
+            reply = await self._reading(add_voice(self.rt, msg, self.client))
+        else:
+            reply = await self._reading(remove_voice(self.rt, msg))
+        if isinstance(reply, VllmVoiceAddResult | VllmVoiceRemoveResult) and not reply.success:
+            self.rt.metrics.error(ENDPOINT, "voice_refused")
+            refusals.log(
+                logging.WARNING,
+                msg.__struct_config__.tag,
+                "vllm-compatible socket: refused %s: %s",
+                msg.__struct_config__.tag,
+                (reply.error or "")[:LOGGED_CHARS],
+            )
+        self._put(encode_vllm_server(reply))
+
+    def _voice_refused(self, kind: str, message: str, field: str | None) -> None:
+        """A voice message that did not decode: its own reply says why."""
+        refusals.log(
+            logging.WARNING,
+            kind,
+            "vllm-compatible socket: refused %s%s: %s",
+            kind,
+            f" (field {field})" if field else "",
+            message[:LOGGED_CHARS],
+        )
+        reply: VllmServerMessage
+        if kind == "voice.remove":
+            reply = VllmVoiceRemoveResult(success=False, name="", error=message)
+        elif kind == "voice.add":
+            reply = VllmVoiceAddResult(success=False, error=message)
+        else:
+            reply = VllmError(message=message)
+        self._put(encode_vllm_server(reply))
+
     def _input_text(self, text: str) -> None:
         assert self._segmenter is not None
         if not text:
             return
-        if self.draining:
+        if self.draining and self._live is None:  # an open context may still be fed
             self._reject(
                 "server_shutdown: the server is shutting down; reconnect later", "input.text"
             )
@@ -423,7 +549,11 @@ class CompatSession:
             self._reject(vllm_error(err).message, "input.text", "text")
             return
         limit = self.rt.server.limits.max_text_chars
-        if self._queued_chars + self._segmenter.buffered_chars + len(text) > limit:
+        if self._live is not None:
+            waiting = self._live.chars  # one context: all its text counts
+        else:
+            waiting = self._queued_chars + self._segmenter.buffered_chars
+        if waiting + len(text) > limit:
             self.rt.metrics.error(ENDPOINT, "text_too_long")
             self._reject(
                 f"text_too_long: more than {limit} characters would wait to be spoken;"
@@ -433,17 +563,57 @@ class CompatSession:
             )
             return
         self._utterance_open = True
+        assert self.settings is not None
+        if self.settings.token_level:
+            self._live_text(text)
+            return
         for segment in self._segmenter.push(text, time.monotonic()):
             self._add_sentence(segment.text)
+        self._arm_timer()
+
+    def _live_text(self, text: str) -> None:
+        """Token level: the first text opens the utterance's one context (queued in
+        order behind what came before); later text goes straight into it."""
+        assert self.settings is not None
+        if self._live is not None:
+            self._live.feed(text)
+            return
+        self._live = LiveText(text)
+        self._put(_LiveUtterance(self.settings, self._live, self._utterance_index))
+
+    def _arm_timer(self) -> None:
+        """Wake when the segmenter's held text has waited long enough (its timers)."""
+        self._cancel_timer()
+        deadline = self._segmenter.deadline() if self._segmenter is not None else None
+        if deadline is not None:
+            delay = max(0.0, deadline - time.monotonic())
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._segmenter is None or self._closing or self.dropped:
+            return
+        for segment in self._segmenter.poll(time.monotonic()):
+            self._add_sentence(segment.text)
+        self._arm_timer()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _input_done(self) -> None:
         assert self._segmenter is not None and self.settings is not None
-        for segment in self._segmenter.flush():
-            self._add_sentence(segment.text)
-        done = VllmSessionDone(
-            utterance_index=self._utterance_index, total_sentences=self._sentence_index
-        )
-        self._put(encode_vllm_server(done))
+        self._cancel_timer()
+        if self._live is not None:
+            self._live.finish()
+            total = self._live.fragments
+            self._live = None
+        else:
+            for segment in self._segmenter.flush():
+                self._add_sentence(segment.text)
+            total = self._sentence_index
+        self._put(_UtteranceDone(self._utterance_index, total))
         self._utterance_index += 1
         self._sentence_index = 0
         self._utterance_open = False
@@ -487,7 +657,13 @@ class CompatSession:
         self._pending += 1
         if isinstance(job, str):
             self._queued_bytes += len(job)
-        self._jobs.put_nowait(job)
+        if isinstance(job, str) and self._speaking is not None and self._speaking is self._live:
+            # A reply to a message that came while a token-level utterance is still open
+            # and speaking: out now, between its audio frames (vllm-omni reads and answers
+            # while such a request runs), not after it.
+            self._prompt.put_nowait(job)
+        else:
+            self._jobs.put_nowait(job)
         if self._queued_bytes > self.rt.server.limits.outbox_max_bytes:
             self._drop(
                 CloseCode.POLICY_VIOLATION,
@@ -506,6 +682,10 @@ class CompatSession:
                 if isinstance(job, str):
                     self._queued_bytes -= len(job)
                     await self._send_text(job)
+                elif isinstance(job, _UtteranceDone):
+                    await self._utterance_done(job)
+                elif isinstance(job, _LiveUtterance):
+                    await self._speak_live(job)
                 else:
                     try:
                         await self._speak(job)
@@ -532,15 +712,42 @@ class CompatSession:
     async def _send_text(self, data: str) -> None:
         """Send within the slow-reader deadline (TimeoutError past it)."""
         async with asyncio.timeout(self.rt.server.limits.slow_reader_timeout_s):
-            await self._peer.send_text(data)
+            async with self._send_lock:
+                await self._peer.send_text(data)
 
     async def _send_bytes(self, data: bytes) -> None:
         async with asyncio.timeout(self.rt.server.limits.slow_reader_timeout_s):
-            await self._peer.send_bytes(data)
+            async with self._send_lock:
+                await self._peer.send_bytes(data)
 
-    async def _speak(self, job: _Sentence) -> None:
+    async def _relay(self) -> None:
+        """While a token-level utterance speaks: the replies ``_put`` routes here."""
+        while True:
+            data = await self._prompt.get()
+            self._queued_bytes -= len(data)
+            await self._send_text(data)
+            self._pending -= 1
+
+    async def _speak_live(self, job: _LiveUtterance) -> None:
+        self._speaking = job.live
+        relay = asyncio.create_task(self._relay())
+        try:
+            await self._speak(job)
+        finally:
+            self._speaking = None
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay  # a send that failed (PeerGone, TimeoutError) is raised here
+        while not self._prompt.empty():  # what came as the utterance ended
+            data = self._prompt.get_nowait()
+            self._queued_bytes -= len(data)
+            await self._send_text(data)
+            self._pending -= 1
+
+    async def _speak(self, job: _Sentence | _LiveUtterance) -> None:
         spec = job.settings.audio
         caps = self.rt.model.capabilities
+        live = job.live if isinstance(job, _LiveUtterance) else None
         start = VllmAudioStart(
             utterance_index=job.utterance_index,
             sentence_index=job.sentence_index,
@@ -558,8 +765,9 @@ class CompatSession:
                 started = True
                 await self._send(start)
 
-        # Streamed audio announces itself with its first audio, as vllm-omni does.
-        if not spec.stream:
+        # Streamed audio announces itself with its first audio, as vllm-omni does; a
+        # token-level utterance as its request starts (vllm-omni's resumable session).
+        if not spec.stream or live is not None:
             await send_start()
         output = ContextOutput(SentenceEncoder(spec, caps.sample_rate), self.rt.encode_pool)
         chunks = ChunkMessages(job.utterance_index, job.sentence_index, spec.sample_rate)
@@ -568,9 +776,14 @@ class CompatSession:
         failure: UtteranceError | None = None
         try:
             # The utterance's own tracker counts this sentence in the metrics, once.
-            async with open_sentence(self.rt, job.settings, self.client) as utterance:
-                utterance.append(job.text)
-                utterance.end()
+            async with open_sentence(
+                self.rt, job.settings, self.client, live=live is not None
+            ) as utterance:
+                if live is not None:
+                    live.attach(utterance)
+                else:
+                    utterance.append(job.text)
+                    utterance.end()
                 async for chunk in utterance.events():
                     _collect_words(utterance, timings)
                     data = b"".join(await output.feed(chunk.pcm, final=chunk.final))
@@ -592,6 +805,8 @@ class CompatSession:
             failure = UtteranceError(str(exc.code), str(exc))
         finally:
             output.close()  # frees the encoder of a sentence that did not finish
+            if live is not None:
+                live.detach()
         await send_start()
         if failure is not None:
             partial = total > 0
@@ -605,12 +820,34 @@ class CompatSession:
             )
         elif spec.word_chunks:
             await self._send(chunks.trailer(timings))
+        info = timings.info() if failure is None else None
+        if failure is None and spec.timestamp_info == "async":
+            self._async_timings.append((job.utterance_index, job.sentence_index, info))
+        done = VllmAudioDone(
+            utterance_index=job.utterance_index,
+            sentence_index=job.sentence_index,
+            total_bytes=total,
+            error=failure is not None,
+        )
+        if spec.timestamp_info == "sync" and info is not None:
+            done = msgspec.structs.replace(done, timestamp_info=info)
+        await self._send(done)
+
+    async def _utterance_done(self, job: _UtteranceDone) -> None:
+        """Baseten's async timestamps of the utterance's sentences, then session.done."""
+        for utterance_index, sentence_index, info in self._async_timings:
+            await self._send(
+                VllmTimestamps(
+                    utterance_index=utterance_index,
+                    sentence_index=sentence_index,
+                    timestamp_info=info,
+                    error=NO_TIMINGS if info is None else None,
+                )
+            )
+        self._async_timings.clear()
         await self._send(
-            VllmAudioDone(
-                utterance_index=job.utterance_index,
-                sentence_index=job.sentence_index,
-                total_bytes=total,
-                error=failure is not None,
+            VllmSessionDone(
+                utterance_index=job.utterance_index, total_sentences=job.total_sentences
             )
         )
 
