@@ -23,6 +23,8 @@ compressor took per MB of payload (the least of ``--repeats`` runs) and the larg
 frame on the wire, against the 1 MiB that ``websockets`` clients accept by default.
 
     .venv/bin/python -m bench.ws_compression --out bench/results/ws-compression.json
+
+bench/baselines/ws-compression.json is a run on the 2-core CPU machine (Piper).
 """
 
 from __future__ import annotations

@@ -24,8 +24,15 @@ from tests.e2e.test_compat_vllm import (
     tiny_samples,
     wait_for_no_contexts,
 )
+from tests.models.qwen3_tts.ckpt import BuildOptions, build_checkpoint
 from tests.serving import RunningServer, run_server
-from voiceserver.config import Limits, ServerConfig, load_model_config
+from voiceserver.config import (
+    Limits,
+    ServerConfig,
+    config_for_checkpoint,
+    load_model_config,
+    with_checkpoint,
+)
 
 # vllm-omni's token_level_streaming_client.py: its default text, in its chunks.
 CHUNKS = [
@@ -302,3 +309,33 @@ async def test_piper_token_level_speaks_the_whole_reply(piper_server: RunningSer
     reference = await native_pcm(piper_server, [[PIPER_TEXT]], OUT_RATE)
     # Cut where the words came, the speech is as long as the whole text's within 20 %.
     assert abs(len(sentence.data) - len(reference)) < 0.2 * len(reference)
+
+
+# -- a model that reads text as it streams (Qwen3-TTS) -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    root = tmp_path_factory.mktemp("token_level_qwen3")
+    checkpoint = build_checkpoint(root / "cv", BuildOptions(variant="custom_voice"))
+    config = with_checkpoint(config_for_checkpoint(checkpoint, {"max_frames": 60}), checkpoint)
+    with run_server(config, ServerConfig()) as server:
+        yield server
+
+
+async def test_qwen3_token_level_feeds_words_as_they_come(qwen3_server: RunningServer) -> None:
+    """Qwen3-TTS takes text word by word (no segmenter): the one context of the utterance
+    gets each word as it completes, and the held last word after max_delay_ms."""
+    client = await VllmClient.connect(qwen3_server)
+    await client.send(type="session.config", seed=1, **TOKEN_LEVEL)
+    await client.send(type="input.text", text="Hello there")  # "there" may go on: held
+    start, audio = await first_audio(client)  # "Hello" is spoken before more comes
+    assert start["sentence_text"] == "Hello there"
+    await client.send(type="input.text", text=", how are you today?")
+    await client.send(type="input.done")
+    sentence = Sentence(start, [audio])
+    done = await rest_of_utterance(client, sentence)
+    assert done == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}
+    assert sentence.done is not None and sentence.done["error"] is False
+    assert sentence.data and sentence.done["total_bytes"] == len(sentence.data)
+    await client.close()
