@@ -135,7 +135,7 @@ class _Peek(msgspec.Struct):
 _peek = msgspec.json.Decoder(_Peek)
 
 
-def _peek_context(data: str) -> str | None:
+def peek_context(data: str) -> str | None:
     """The context a refused message names, if it can be read and echoed."""
     try:
         peeked = _peek.decode(data)
@@ -209,7 +209,7 @@ class ElevenLabsSession(ServerSession):
         try:
             msg = decode_input(data, multi=self.multi)
         except ProtocolError as err:
-            context_id = _peek_context(data) if self.multi else None
+            context_id = peek_context(data) if self.multi else None
             return self._refuse(err.replace(context_id=err.context_id or context_id))
         if self._closing:
             return self._refuse(

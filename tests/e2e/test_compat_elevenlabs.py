@@ -392,10 +392,14 @@ async def test_bad_path_or_query_is_refused_naming_it(
     server: RunningServer, endpoint: str, voice: str, query: dict, error: str, named: str
 ) -> None:
     sock = await ElevenLabsSocket.open(server, endpoint, voice, **query)
+    multi = endpoint == "multi-stream-input"
+    # Told at the first message, about the context it opens.
+    await sock.send(text=" ", **({"context_id": "first"} if multi else {}))
     messages, code, reason = await sock.rest()
     assert code == 1008 and reason
     [refusal] = messages
     assert refusal["error"] == error and named in refusal["message"] and refusal["code"] == 1008
+    assert refusal.get("contextId") == ("first" if multi else None)
 
 
 async def test_a_key_is_needed(server: RunningServer) -> None:

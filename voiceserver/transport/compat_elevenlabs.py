@@ -9,8 +9,8 @@ streamed text, flushes, barge-in, word timing, per-client limits, slow readers a
 shutdown behave as on ``/v1/audio/speech/ws``. This module admits a socket (the same
 key, token and rate checks as the other sockets: ``xi-api-key``, ``Authorization:
 Bearer`` and ``?token=`` all work), checks its path and query (a bad voice, model,
-format or parameter is answered with an error message and close 1008 right after the
-upgrade, so clients read why), feeds it what arrives and sends what it says. Formats
+format or parameter is answered, at the client's first message, with an error message
+and close 1008, so clients read why), feeds it what arrives and sends what it says. Formats
 the native output stage does not encode (mp3, ``pcm_32000``) get their own stage per
 context (:class:`ElevenLabsSpeech`).
 """
@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from protocol.compat_elevenlabs import ErrorOutput, encode_output, error_name
-from protocol.compat_elevenlabs_session import ElevenLabsSession
+from protocol.compat_elevenlabs_session import ElevenLabsSession, peek_context
 from protocol.errors import CloseCode, ProtocolError
 from protocol.events import ContextOpened
 from voiceserver.http.elevenlabs import (
@@ -53,6 +53,8 @@ notes = Throttled(log)
 ENDPOINT = "ws_compat"
 """The metrics label of compatibility sockets."""
 PREFIX = "/v1/text-to-speech/{voice_id}"
+REFUSAL_WAIT_S = 10.0
+"""How long a refused socket waits for the client's first message before saying why."""
 
 
 def elevenlabs_routes() -> list[BaseRoute]:
@@ -137,7 +139,7 @@ async def _serve(ws: WebSocket, *, multi: bool) -> None:
     try:
         setup = socket_setup(rt, ws.path_params["voice_id"], dict(ws.query_params))
     except ProtocolError as err:
-        await _refuse(ws, rt, err)
+        await _refuse(ws, rt, err, multi=multi)
         return
     await ws.accept()
     if rt.engine.full:
@@ -194,13 +196,26 @@ async def _serve(ws: WebSocket, *, multi: bool) -> None:
                     await task
 
 
-async def _refuse(ws: WebSocket, rt: Runtime, err: ProtocolError) -> None:
-    """A socket whose path or query is wrong: accepted, told why, closed (1008)."""
+async def _refuse(ws: WebSocket, rt: Runtime, err: ProtocolError, *, multi: bool) -> None:
+    """A socket whose path or query is wrong: accepted, told why at its first message
+    (naming the context that message opens), closed (1008). Clients register their first
+    context before they send its first message and fail that context on the error;
+    LiveKit's plugin would wait for ever on a socket closed before it sent anything."""
     rt.metrics.error(ENDPOINT, str(err.code))
     notes.log(logging.INFO, str(err.code), "ElevenLabs socket refused: %s", err.message[:200])
     code = int(CloseCode.POLICY_VIOLATION)
-    message = ErrorOutput(message=err.message, error=error_name(err.code), code=code)
     with contextlib.suppress(Exception):
         await ws.accept()
+        context = None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REFUSAL_WAIT_S):
+                first = await ws.receive()
+            if first["type"] == "websocket.disconnect":
+                return
+            if multi and first.get("text") is not None:
+                context = peek_context(first["text"])
+        message = ErrorOutput(
+            message=err.message, error=error_name(err.code), code=code, contextId=context
+        )
         await ws.send_text(encode_output(message))
         await ws.close(code=code, reason=err.message[:120])
