@@ -249,7 +249,7 @@ class CompatSession:
         self._utterance_open = False
         self._closing = False
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
-        self._prompt: asyncio.Queue[str] = asyncio.Queue()
+        self._prompt: asyncio.Queue[str | None] = asyncio.Queue()
         """Replies sent at once while a token-level utterance speaks (see ``_put``)."""
         self._speaking: LiveText | None = None
         """The token-level utterance the worker is speaking."""
@@ -721,9 +721,9 @@ class CompatSession:
                 await self._peer.send_bytes(data)
 
     async def _relay(self) -> None:
-        """While a token-level utterance speaks: the replies ``_put`` routes here."""
-        while True:
-            data = await self._prompt.get()
+        """While a token-level utterance speaks: the replies ``_put`` routes here, until
+        a None says the utterance has ended (what came before it is sent first)."""
+        while (data := await self._prompt.get()) is not None:
             self._queued_bytes -= len(data)
             await self._send_text(data)
             self._pending -= 1
@@ -731,18 +731,16 @@ class CompatSession:
     async def _speak_live(self, job: _LiveUtterance) -> None:
         self._speaking = job.live
         relay = asyncio.create_task(self._relay())
+        relay.add_done_callback(lambda task: task.cancelled() or task.exception())
         try:
             await self._speak(job)
+        except BaseException:
+            relay.cancel()  # the worker is going: nothing more is sent
+            raise
         finally:
             self._speaking = None
-            relay.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await relay  # a send that failed (PeerGone, TimeoutError) is raised here
-        while not self._prompt.empty():  # what came as the utterance ended
-            data = self._prompt.get_nowait()
-            self._queued_bytes -= len(data)
-            await self._send_text(data)
-            self._pending -= 1
+        self._prompt.put_nowait(None)
+        await relay  # the replies left, in order; a send that failed is raised here
 
     async def _speak(self, job: _Sentence | _LiveUtterance) -> None:
         spec = job.settings.audio
