@@ -211,6 +211,19 @@ async def test_sync_alignment_counts_from_the_context_start(server: RunningServe
     await sock.close()
 
 
+async def test_voice_settings_speed_applies_to_its_context(server: RunningServer) -> None:
+    sock = await ElevenLabsSocket.open(server, output_format="pcm_16000")
+    for context, speed in (("normal", 1.0), ("fast", 1.25)):
+        settings = {"stability": 0.5, "similarity_boost": 0.75, "speed": speed}
+        await sock.send(text=" ", voice_settings=settings, context_id=context)
+        await sock.send(text=SHORT, context_id=context, flush=True)
+        await sock.send(context_id=context, close_context=True)
+    normal = len(audio_of(await sock.until_final("normal")))
+    fast = len(audio_of(await sock.until_final("fast")))
+    assert 0.75 < fast / normal < 0.85
+    await sock.close()
+
+
 async def test_ssml_tags_are_taken_out_when_parsing_is_on(server: RunningServer) -> None:
     sock = await ElevenLabsSocket.open(server, output_format="pcm_16000", enable_ssml_parsing=True)
     await sock.send(text='Wait <break time="1.0s" /> here. ', context_id="s", flush=True)
