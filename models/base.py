@@ -211,7 +211,13 @@ class Capabilities:
 
     @property
     def supports_speed(self) -> bool:
-        """Some speed other than 1 is made natively."""
+        """Whether ``speed`` is honoured: always, natively within :attr:`speed_range` and
+        by the server's time-stretch beyond it (for endpoints that still ask)."""
+        return True
+
+    @property
+    def native_speed(self) -> bool:
+        """Some speed other than 1 is made by the model itself."""
         return self.speed_range != (1.0, 1.0)
 
     def split_speed(self, speed: float) -> tuple[float, float]:
