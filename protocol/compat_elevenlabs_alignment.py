@@ -13,8 +13,8 @@ clients want every character of the text with a start and a duration. Here:
 - each character lasts until the next one starts, so the characters tile the audio.
 
 :class:`CharTimeline` releases the characters in order, each once its start is known:
-a word's characters once the word is timed, the characters after a word once the next
-word is timed or when only whitespace follows, the rest at the context's end.
+a word's characters once the word is timed, whitespace after a timed word at once, other
+characters outside words once a later word is timed, the rest at the context's end.
 
 On the sockets each audio message carries the characters that start within its audio
 (:func:`chunk_alignment`); the last one lasts to the end of the message's audio. Their
@@ -103,18 +103,11 @@ class CharTimeline:
             word = words[0]
             share = (index - word.char_start) / (word.char_end - word.char_start)
             return word.start_ms + (word.end_ms - word.start_ms) * share
-        if words or final or self._rest_is_space():
-            return self._prev_end  # between words: where the previous one ended
+        if words or final or self._parts[0][self._offset].isspace():
+            # Between words (whitespace, or a word the model did not speak: a later word
+            # is timed): where the previous word ended.
+            return self._prev_end
         return None  # perhaps a word not timed yet
-
-    def _rest_is_space(self) -> bool:
-        first = True
-        for part in self._parts:
-            piece = part[self._offset :] if first else part
-            first = False
-            if piece and not piece.isspace():
-                return False
-        return True
 
     def _pop_char(self) -> str:
         part = self._parts[0]
