@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import av
+import httpx
 import numpy as np
 import pytest
 import websockets
@@ -25,6 +26,7 @@ from tests.clients.elevenlabs_piper import (
     VOICE,
     aligned_text,
     chunk_spans,
+    engine_contexts,
     piper_server,
     wait_for_no_contexts,
 )
@@ -421,6 +423,21 @@ async def test_a_key_is_needed(server: RunningServer) -> None:
     assert refused.value.response.status_code == 401
     with pytest.raises(websockets.InvalidStatus):
         await ElevenLabsSocket.open(server, key="wrong")
+
+
+async def test_http_client_leaving_frees_the_engine(server: RunningServer) -> None:
+    text = "This reply goes on and on, long enough to take a while. " * 30
+    url = f"{server.http}/v1/text-to-speech/{VOICE}/stream?output_format=pcm_16000"
+    async with (
+        httpx.AsyncClient(headers={"xi-api-key": KEY}) as http,
+        http.stream("POST", url, json={"text": text}) as answer,
+    ):
+        assert answer.status_code == 200
+        assert answer.headers["content-type"] == "audio/pcm"
+        first = await anext(answer.aiter_bytes())
+        assert first and await engine_contexts(server) == 1
+    # A minute of speech was asked for; the client left after its first bytes.
+    assert await wait_for_no_contexts(server, seconds=2) == 0
 
 
 async def test_inactivity_timeout_closes_an_idle_socket(server: RunningServer) -> None:

@@ -101,12 +101,12 @@ class Job:
     spec: FormatSpec
 
 
-async def read_job(request: Request, rt: Runtime, voice_id: str) -> Job:
+def read_job(rt: Runtime, query_params: dict[str, str], data: bytes, voice_id: str) -> Job:
     """The request's query and body, checked; ApiError naming what is wrong."""
     try:
-        query = convert_query(dict(request.query_params), SpeechQuery)
+        query = convert_query(query_params, SpeechQuery)
         spec = parse_output_format(query.output_format, socket=False)
-        body = decode_speech_body(await read_body(request))
+        body = decode_speech_body(data)
         limit = rt.server.limits.max_text_chars
         if not body.text.strip():
             raise ProtocolError(
@@ -138,12 +138,15 @@ def error_response(err: ApiError, request_id: str, rt: Runtime) -> Response:
     """ElevenLabs' error body for ``err``, with its status and headers."""
     code = str(err.code) if err.code else f"http_{err.status}"
     rt.metrics.error(ENDPOINT, code)
+    message = err.message
+    if err.status == 401 and message.startswith("missing API key"):
+        message = "missing API key: send it in the xi-api-key header"
     headers = {"x-request-id": request_id}
     if err.retry_after is not None:
         headers["retry-after"] = str(err.retry_after)
     if err.status == 408:
         headers["connection"] = "close"  # the rest of the body may still be on its way
-    detail = ErrorDetail(status=error_name(code), message=err.message, param=err.param)
+    detail = ErrorDetail(status=error_name(code), message=message, param=err.param)
     body = encode_message(HttpError(detail=detail))
     return Response(body, err.status, headers, media_type="application/json")
 
@@ -331,7 +334,7 @@ async def _respond(request: Request, *, stream: bool, timestamps: bool) -> Respo
         check_auth(request, rt.server.api_keys)
         if rt.lifecycle.draining:
             raise shutting_down()
-        job = await cancel_on_disconnect(request, read_job(request, rt, voice_id))
+        job = read_job(rt, dict(request.query_params), await read_body(request), voice_id)
         whole = not stream and job.spec.codec == "wav" and not timestamps
         audio = ElevenLabsAudio(
             rt, job, request_client(request), timestamps=timestamps, whole=whole
