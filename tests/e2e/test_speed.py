@@ -2,8 +2,8 @@
 use served with a warning, over real sockets.
 
 Piper makes speeds up to 1 itself and the server time-stretches faster ones; the tiny
-Qwen3-TTS checkpoint (0.6B CustomVoice: no speed, no instructions) is stretched at
-every speed. Durations are checked against speed 1 (within 5%), pitch against speed 1
+Qwen3-TTS checkpoints (0.6B CustomVoice and Base: no speed, no instructions) and
+Chatterbox (tiny T3) are stretched at every speed. Durations are checked against speed 1 (within 5%), pitch against speed 1
 with an autocorrelation pitch tracker written here (a resampled "speed" would move it
 by the speed factor), word timestamps against the audio they describe.
 """
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import websockets
 
+from tests.models.chatterbox.ckpt_full import build_checkpoint as build_chatterbox
 from tests.models.qwen3_tts.ckpt import BuildOptions, Sizes, build_checkpoint
 from tests.serving import RunningServer, run_server
 from tests.wsclient import Client
@@ -164,6 +165,15 @@ def qwen_base(base_checkpoint: Path) -> Iterator[RunningServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def chatterbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    checkpoint = build_chatterbox(tmp_path_factory.mktemp("chatterbox_speed") / "turbo", seed=1)
+    # Random weights never say stop: every clause is max_new_tokens long.
+    config = config_for_checkpoint(checkpoint, {"max_new_tokens": 8})
+    with run_server(with_checkpoint(config, checkpoint), ServerConfig()) as server:
+        yield server
+
+
 # -- Piper ---------------------------------------------------------------------------
 
 
@@ -294,3 +304,14 @@ async def test_instructions_a_model_cannot_use_are_a_warning(
     assert len(warned) == 1
     assert warned[0]["context_id"] == "c" and warned[0]["code"] == "unsupported_value"
     assert client.got.audio["c"] and client.got.of_type("context.done")
+
+
+def test_chatterbox_is_stretched_and_warns_about_instructions(chatterbox: RunningServer) -> None:
+    body = {"input": "Hello there, friend.", "voice": "default", "temperature": 0}
+    normal = speech(chatterbox, 1.0, **body)
+    assert normal.status_code == 200 and "warning" not in normal.headers
+    for speed in (0.5, 3.0):
+        response = speech(chatterbox, speed, instructions="Whisper.", **body)
+        assert response.status_code == 200, response.text
+        assert "instructions ignored" in response.headers["warning"]
+        assert len(response.content) // 2 == round(len(normal.content) // 2 / speed)
