@@ -215,10 +215,12 @@ def decode_error(exc_text: str, struct: type[msgspec.Struct], where: str = "") -
 
 def _struct_at(struct: type[msgspec.Struct], path: str) -> type[msgspec.Struct]:
     """The Struct type found at ``path`` (e.g. ``voice_settings``) under ``struct``."""
-    nested = {
+    nested: dict[str, type[msgspec.Struct]] = {
         "voice_settings": VoiceSettings,
         "generation_config": GenerationConfig,
         "pronunciation_dictionary_locators": DictionaryLocator,
+        "inputs": DialogueText,
+        "settings": DialogueSettings,
     }
     head = re.sub(r"\[\d+\]", "", path.split(".", 1)[0]) if path else ""
     return nested.get(head, struct)
@@ -262,6 +264,47 @@ def decode_input(data: str | bytes, *, multi: bool) -> StreamInput:
     return msg
 
 
+# --- client -> server (the text-to-dialogue socket) -------------------------------------
+
+
+class DialogueText(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """One input of a dialogue message: text and the voice that speaks it."""
+
+    text: str
+    voice_id: Annotated[str, Meta(max_length=ID_MAX_LEN)]
+
+
+class DialogueInput(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """One client message of ``/v1/text-to-dialogue/multi-stream-input``: a context's
+    first message names its voice (``voices``), later ones carry ``inputs``."""
+
+    context_id: ContextKey | None = None
+    voices: (
+        Annotated[list[Annotated[str, Meta(max_length=ID_MAX_LEN)]], Meta(max_length=8)] | None
+    ) = None
+    inputs: Annotated[list[DialogueText], Meta(max_length=64)] | None = None
+    voice_settings: VoiceSettings | None = None
+    pronunciation_dictionary_locators: Locators | None = None
+    flush: bool | None = None
+    close_context: bool | None = None
+    close_socket: bool | None = None
+    keep_alive: bool | None = None
+    xi_api_key: Secret | None = None
+    xi_api_key_dashed: Secret | None = msgspec.field(default=None, name="xi-api-key")
+    authorization: Secret | None = None
+
+
+_dialogue_decoder = msgspec.json.Decoder(DialogueInput)
+
+
+def decode_dialogue_input(data: str | bytes) -> DialogueInput:
+    """One text-to-dialogue socket message, validated; raises ProtocolError."""
+    msg: DialogueInput = decode_struct(_dialogue_decoder, data, DialogueInput)
+    for item in msg.inputs or ():
+        check_text(item.text, "inputs.text")
+    return msg
+
+
 # --- server -> client (sockets) -------------------------------------------------------
 
 
@@ -297,7 +340,35 @@ class ErrorOutput(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
     contextId: str | None = None  # noqa: N815
 
 
-ServerOutput = AudioOutput | FinalOutput | ErrorOutput
+class DialogueAlignment(msgspec.Struct, kw_only=True, frozen=True):
+    """The text-to-dialogue socket's alignment: snake_case, times from the message's start."""
+
+    chars: list[str]
+    char_start_times_ms: list[int]
+    char_durations_ms: list[int]
+
+
+class DialogueAudio(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    audio: str
+    alignment: DialogueAlignment | None = None
+    context_id: str | None = None
+
+
+class DialogueFinal(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    is_final: bool
+    context_id: str | None = None
+
+
+class DialogueError(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    message: str
+    error: str
+    code: int | None = None
+    context_id: str | None = None
+
+
+ServerOutput = (
+    AudioOutput | FinalOutput | ErrorOutput | DialogueAudio | DialogueFinal | DialogueError
+)
 
 
 def encode_output(msg: ServerOutput) -> str:
@@ -402,6 +473,44 @@ def decode_speech_body(data: bytes) -> SpeechBody:
     """An HTTP body, validated; raises ProtocolError."""
     body: SpeechBody = decode_struct(_body_decoder, data, SpeechBody)
     check_text(body.text, "text")
+    return body
+
+
+class DialogueSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """A dialogue's ``settings``: accepted within ElevenLabs' ranges, no effect."""
+
+    stability: Unit | None = None
+    similarity: Unit | None = None
+    clone_strength: Unit | None = None
+    use_speaker_boost: bool | None = None
+
+
+class DialogueBody(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The body of ``POST /v1/text-to-dialogue[/stream]``: the inputs are spoken one after
+    another, each in its own voice."""
+
+    inputs: Annotated[list[DialogueText], Meta(min_length=1, max_length=64)]
+    model_id: Name | None = None
+    language_code: Name | None = None
+    settings: DialogueSettings | None = None
+    pronunciation_dictionary_locators: Locators | None = None
+    seed: Annotated[int, Meta(ge=0, le=4294967295)] | None = None
+    apply_text_normalization: Normalization | None = None
+    previous_text: Annotated[str, Meta(max_length=REF_TEXT_MAX_LEN)] | None = None
+    future_text: Annotated[str, Meta(max_length=REF_TEXT_MAX_LEN)] | None = None
+    previous_request_ids: Annotated[list[Name], Meta(max_length=3)] | None = None
+    next_request_ids: Annotated[list[Name], Meta(max_length=3)] | None = None
+    use_pvc_as_ivc: bool | None = None
+
+
+_dialogue_body_decoder = msgspec.json.Decoder(DialogueBody)
+
+
+def decode_dialogue_body(data: bytes) -> DialogueBody:
+    """A text-to-dialogue HTTP body, validated; raises ProtocolError."""
+    body: DialogueBody = decode_struct(_dialogue_body_decoder, data, DialogueBody)
+    for item in body.inputs:
+        check_text(item.text, "inputs.text")
     return body
 
 

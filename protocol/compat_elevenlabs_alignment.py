@@ -24,7 +24,8 @@ duration) gives the audio's length, which is how Pipecat keeps its clock; a mess
 which no character starts (inside a pause) carries none, and the next message's times
 count from the end of the last one that did. With ``sync_alignment=true`` (LiveKit's
 plugin always asks for it, and reads the times as the context's) they count from the
-context's first sample instead.
+context's first sample instead; on the text-to-dialogue socket from the message's own
+first sample (LiveKit moves its clock by each message's audio there).
 
 How long a message's audio is depends on its format (:class:`SampleClock`,
 :class:`CbrClock`, :class:`OggOpusClock`); HTTP's alignment counts seconds from the
@@ -120,13 +121,13 @@ class CharTimeline:
 
 
 def chunk_alignment(
-    chars: list[tuple[str, float]], clock_ms: int, end_ms: int, *, context_times: bool = False
+    chars: list[tuple[str, float]], clock_ms: int, end_ms: int, *, origin_ms: int | None = None
 ) -> tuple[Alignment | None, int]:
     """The alignment of one socket audio message ending at ``end_ms`` (ms of the
     context's audio) and the new clock. ``chars`` start no earlier than ``clock_ms``
     (where the previous message's characters ended) and the last one lasts to
-    ``end_ms``; their times count from ``clock_ms``, or (``context_times``) from the
-    context's first sample."""
+    ``end_ms``; their times count from ``origin_ms`` (0: the context's first sample;
+    None: ``clock_ms``)."""
     if not chars:
         return None, clock_ms
     end_ms = max(end_ms, clock_ms)
@@ -136,7 +137,7 @@ def chunk_alignment(
         low = min(max(round(start), low), end_ms)
         starts.append(low)
     ends = [*starts[1:], end_ms]
-    origin = 0 if context_times else clock_ms
+    origin = clock_ms if origin_ms is None else origin_ms
     alignment = Alignment(
         chars=[char for char, _ in chars],
         charStartTimesMs=[s - origin for s in starts],

@@ -28,6 +28,11 @@ are native contexts of the same id:
 - On the multi-context socket an error about a running context also stops it (its
   client stops listening to it), and an error about a context that will say nothing
   more is followed by its ``isFinal``, so clients waiting for it are released.
+- The text-to-dialogue socket (``dialogue``) is the multi-context one with other field
+  names: a context's first message names its voice (``voices``, one), ``inputs`` carry
+  its text (each in that voice: one voice per context here), ``keep_alive`` keeps it;
+  answers are snake_case (``context_id``, ``is_final``, ``char_start_times_ms``) and
+  alignment times count from each message's first sample.
 
 Audio goes out as base64 ``audio`` messages with the characters each one speaks
 (``protocol.compat_elevenlabs_alignment``); the native messages without an ElevenLabs
@@ -38,37 +43,29 @@ come out as empty strings, which the transport does not send (warnings go to
 
 from __future__ import annotations
 
-import base64
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import msgspec
 
 from protocol.compat_elevenlabs import (
-    AudioOutput,
-    ErrorOutput,
-    FinalOutput,
+    DialogueInput,
     FormatSpec,
     StreamInput,
     VoiceSettings,
+    decode_dialogue_input,
     decode_input,
-    encode_output,
-    error_name,
 )
-from protocol.compat_elevenlabs_alignment import (
-    AudioClock,
-    CbrClock,
-    CharTimeline,
-    OggOpusClock,
-    SampleClock,
-    chunk_alignment,
+from protocol.compat_elevenlabs_alignment import AudioClock, CharTimeline, chunk_alignment
+from protocol.compat_elevenlabs_wire import (
+    audio_clock,
+    audio_line,
+    error_line,
+    final_line,
+    peek_context,
+    strip_tags,
 )
-from protocol.errors import ErrorCode, ProtocolError, close_code_for
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.events import ErrorEvent, Event, KeepaliveReceived
 from protocol.messages import (
-    ID_MAX_LEN,
     ContextCancel,
     ContextCreate,
     ContextEnd,
@@ -89,26 +86,6 @@ DEFAULT_CONTEXT = ""
 """The multi-context socket's context for messages that name none."""
 
 
-_TAG = re.compile(r"<[^<>]{0,512}>")
-
-
-def strip_tags(text: str) -> str:
-    """``text`` without SSML tags (``<break time="1s"/>``, ``<phoneme ...>word</phoneme>``:
-    the word stays). A tag must arrive whole, in one message, as ElevenLabs asks."""
-    return _TAG.sub("", text) if "<" in text else text
-
-
-def audio_clock(spec: FormatSpec) -> AudioClock:
-    """How the socket measures the audio of a payload in ``spec``'s format."""
-    width = spec.bytes_per_sample
-    if width is not None:
-        return SampleClock(spec.sample_rate, width)
-    if spec.codec == "mp3":
-        assert spec.kbps is not None
-        return CbrClock(spec.kbps)
-    return OggOpusClock()
-
-
 @dataclass
 class _Extra:
     """What a context needs beyond the native state."""
@@ -116,6 +93,7 @@ class _Extra:
     clock: AudioClock
     timeline: CharTimeline | None
     voice_settings: VoiceSettings | None
+    voice: str | None
     unflushed: bool = False
     """Text arrived since the last ``flush``: ``close_context`` then cancels."""
     audio_ms: int = 0
@@ -127,26 +105,6 @@ class _Extra:
     cancellation overtakes whatever the session had queued."""
 
 
-class _Peek(msgspec.Struct):
-    context_id: Any = None
-    contextId: Any = None  # noqa: N815
-
-
-_peek = msgspec.json.Decoder(_Peek)
-
-
-def peek_context(data: str) -> str | None:
-    """The context a refused message names, if it can be read and echoed."""
-    try:
-        peeked = _peek.decode(data)
-    except (msgspec.DecodeError, UnicodeEncodeError, RecursionError):
-        return None
-    for value in (peeked.context_id, peeked.contextId):
-        if isinstance(value, str) and value and len(value) <= ID_MAX_LEN:
-            return value
-    return None
-
-
 class ElevenLabsSession(ServerSession):
     """One ElevenLabs socket. ``multi``: the multi-context socket; ``voice``,
     ``language``, ``output`` (the native format the engine's audio is encoded in) and
@@ -155,7 +113,8 @@ class ElevenLabsSession(ServerSession):
     sent); ``speed``: it honours ``speed``; ``auto_mode``: flush every text message;
     ``sync_alignment``: alignment times count from each context's first sample (else from
     the previous message's); ``ssml``: SSML tags are taken out of the text (their words
-    are spoken; the tags themselves have no effect here)."""
+    are spoken; the tags themselves have no effect here); ``voice_name``: the served
+    spelling of a voice a context names (text-to-dialogue)."""
 
     def __init__(
         self,
@@ -163,6 +122,7 @@ class ElevenLabsSession(ServerSession):
         *,
         multi: bool,
         spec: FormatSpec,
+        dialogue: bool = False,
         output: OutputFormat,
         voice: str | None = None,
         language: str | None = None,
@@ -174,6 +134,7 @@ class ElevenLabsSession(ServerSession):
         idle_timeout_s: float | None = None,
         options: ModelOptions | None = None,
         on_warning: Callable[[str, str | None], None] | None = None,
+        voice_name: Callable[[str], str] | None = None,
         finished_memory: int = 1024,
     ) -> None:
         defaults = SessionSettings(
@@ -185,7 +146,8 @@ class ElevenLabsSession(ServerSession):
             idle_timeout_s=idle_timeout_s,
         )
         super().__init__(limits, defaults, finished_memory=finished_memory, options=options)
-        self.multi = multi
+        self.multi = multi or dialogue
+        self.dialogue = dialogue
         self.spec = spec
         self._aligned = aligned
         self._speed = speed
@@ -193,6 +155,7 @@ class ElevenLabsSession(ServerSession):
         self._context_times = sync_alignment
         self._ssml = ssml
         self._on_warning = on_warning
+        self._voice_name = voice_name or (lambda voice: voice)
         self._extra: dict[str, _Extra] = {}
         self._single_over = False
 
@@ -207,7 +170,11 @@ class ElevenLabsSession(ServerSession):
         if self._too_big(data):
             return [self._too_big_event(len(data.encode("utf-8", "surrogatepass")))]
         try:
-            msg = decode_input(data, multi=self.multi)
+            msg = (
+                decode_dialogue_input(data)
+                if self.dialogue
+                else decode_input(data, multi=self.multi)
+            )
         except ProtocolError as err:
             context_id = peek_context(data) if self.multi else None
             return self._refuse(err.replace(context_id=err.context_id or context_id))
@@ -220,6 +187,8 @@ class ElevenLabsSession(ServerSession):
                     context_id=msg.context if self.multi else None,
                 )
             )
+        if isinstance(msg, DialogueInput):
+            return self._dialogue(msg)
         if self.multi:
             return self._multi(msg)
         return self._single(msg)
@@ -255,6 +224,57 @@ class ElevenLabsSession(ServerSession):
         except ProtocolError as err:
             return self._refuse(err.replace(context_id=context_id))
 
+    def _dialogue(self, msg: DialogueInput) -> list[Event]:
+        """A text-to-dialogue message: ``voices`` opens a context in that voice, ``inputs``
+        are its text (each in that voice: one voice per context here)."""
+        if msg.close_socket:
+            return self._on_close()
+        context_id = msg.context_id if msg.context_id is not None else DEFAULT_CONTEXT
+        state = self.context_state(context_id)
+        text = "".join(item.text for item in msg.inputs or ())
+        # The same message in the text-to-speech socket's terms.
+        same = StreamInput(
+            text=text, flush=msg.flush, voice_settings=msg.voice_settings, context_id=context_id
+        )
+        try:
+            if msg.close_context:
+                return self._close_context(context_id, state)
+            if msg.voices is not None and len(msg.voices) != 1:
+                raise ProtocolError(
+                    ErrorCode.UNSUPPORTED_VALUE,
+                    "`voices`: one voice per context here; open a context for each voice",
+                    param="voices",
+                )
+            if state is ContextState.OPEN:
+                if msg.voices is not None:
+                    raise ProtocolError(
+                        ErrorCode.INVALID_FIELD,
+                        "`voices` can only be set in a context's first message",
+                        param="voices",
+                    )
+                self._check_speakers(msg, self._extra[context_id].voice)
+                return self._input(context_id, same, text)
+            if state in (ContextState.ENDING, ContextState.CANCELLING):
+                return self._multi(same)  # refused when it holds text, else nothing
+            if msg.voices is None and not msg.inputs:
+                return [KeepaliveReceived()]
+            voice = msg.voices[0] if msg.voices else msg.inputs[0].voice_id  # type: ignore[index]
+            self._check_speakers(msg, voice)
+            return self._open_context(context_id, same, text, voice=voice)
+        except ProtocolError as err:
+            return self._refuse(err.replace(context_id=context_id))
+
+    @staticmethod
+    def _check_speakers(msg: DialogueInput, voice: str | None) -> None:
+        for item in msg.inputs or ():
+            if voice is None or item.voice_id.lower() != voice.lower():
+                raise ProtocolError(
+                    ErrorCode.UNSUPPORTED_VALUE,
+                    f"`inputs.voice_id`: {item.voice_id[:64]!r} is not this context's voice"
+                    f" ({voice!r}); one voice per context here: open a context for each voice",
+                    param="inputs.voice_id",
+                )
+
     def _single(self, msg: StreamInput) -> list[Event]:
         context_id = SINGLE_CONTEXT
         state = self.context_state(context_id)
@@ -281,8 +301,13 @@ class ElevenLabsSession(ServerSession):
         except ProtocolError as err:
             return self._refuse(err)
 
-    def _open_context(self, context_id: str, msg: StreamInput, text: str) -> list[Event]:
+    def _open_context(
+        self, context_id: str, msg: StreamInput, text: str, voice: str | None = None
+    ) -> list[Event]:
         overrides: dict[str, object] = {}
+        if voice is not None:
+            voice = self._voice_name(voice)
+            overrides["voice"] = voice
         speed = msg.voice_settings.speed if msg.voice_settings is not None else None
         if speed is not None and speed != 1.0:
             if self._speed:
@@ -296,6 +321,7 @@ class ElevenLabsSession(ServerSession):
             clock=audio_clock(self.spec),
             timeline=CharTimeline() if self._aligned else None,
             voice_settings=msg.voice_settings,
+            voice=voice or self.settings.voice,
         )
         if not text.strip():
             return opened  # ElevenLabs' opening " ": nothing to speak yet
@@ -372,21 +398,26 @@ class ElevenLabsSession(ServerSession):
         ctx = self._require_sendable(context_id)
         ctx.next_seq += 1
         extra = self._extra[context_id]
+        started_ms = extra.audio_ms
         extra.audio_ms = extra.clock.advance(payload)
-        alignment = None
-        if extra.timeline is not None:
-            chars = extra.timeline.take(extra.audio_ms)
-            alignment, extra.aligned_ms = chunk_alignment(
-                chars, extra.aligned_ms, extra.audio_ms, context_times=self._context_times
-            )
-        return encode_output(
-            AudioOutput(
-                audio=base64.b64encode(payload).decode("ascii"),
-                alignment=alignment,
-                normalizedAlignment=alignment,
-                contextId=self._client_id(context_id),
-            )
+        chars = extra.timeline.take(extra.audio_ms) if extra.timeline is not None else []
+        return self._audio_line(context_id, extra, payload, chars, started_ms)
+
+    def _audio_line(
+        self,
+        context_id: str,
+        extra: _Extra,
+        payload: bytes,
+        chars: list[tuple[str, float]],
+        started_ms: int,
+    ) -> str:
+        """One audio message: ``payload`` (which started at ``started_ms`` of the
+        context's audio) and the characters that start in it."""
+        origin = started_ms if self.dialogue else 0 if self._context_times else None
+        alignment, extra.aligned_ms = chunk_alignment(
+            chars, extra.aligned_ms, extra.audio_ms, origin_ms=origin
         )
+        return audio_line(payload, alignment, self._client_id(context_id), self.dialogue)
 
     def audio_frame(
         self, context_id: str, payload: bytes, flush_end: bool = False, context_end: bool = False
@@ -415,19 +446,7 @@ class ElevenLabsSession(ServerSession):
             # Characters after the last one timed (trailing spaces; a word the model did
             # not speak), with no audio of their own.
             chars = extra.timeline.take(extra.audio_ms, final=True)
-            alignment, _ = chunk_alignment(
-                chars, extra.aligned_ms, extra.audio_ms, context_times=self._context_times
-            )
-            lines.append(
-                encode_output(
-                    AudioOutput(
-                        audio="",
-                        alignment=alignment,
-                        normalizedAlignment=alignment,
-                        contextId=self._client_id(context_id),
-                    )
-                )
-            )
+            lines.append(self._audio_line(context_id, extra, b"", chars, extra.audio_ms))
         lines.append(self._final(context_id))
         return "\n".join(lines)
 
@@ -458,17 +477,10 @@ class ElevenLabsSession(ServerSession):
 
     def _error_line(self, error: ProtocolError) -> str:
         context_id = error.context_id if self.multi else None
-        return encode_output(
-            ErrorOutput(
-                message=error.message,
-                error=error_name(error.code),
-                code=int(close_code_for(error.code)) if error.fatal else None,
-                contextId=self._client_id(context_id),
-            )
-        )
+        return error_line(error, self._client_id(context_id), self.dialogue)
 
     def _final(self, context_id: str) -> str:
-        return encode_output(FinalOutput(isFinal=True, contextId=self._client_id(context_id)))
+        return final_line(self._client_id(context_id), self.dialogue)
 
     def _client_id(self, context_id: str | None) -> str | None:
         """The ``contextId`` the client knows the context by (none on the single socket,

@@ -2,7 +2,8 @@
 ``base_url``, through livekit-agents' own TTS API (no room), against the real server on
 loopback with the Piper voice: streamed replies over ``multi-stream-input`` with word
 timing, ``synthesize`` over ``/text-to-speech/{voice_id}/stream``, several streams on
-one socket, interruption, an unknown voice."""
+one socket, interruption, an unknown voice, and the text-to-dialogue API the plugin uses
+for ElevenLabs' v3 and v4 models."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 def plugin(server: RunningServer, http: aiohttp.ClientSession, **options: object) -> elevenlabs.TTS:
+    options = {"model": "eleven_flash_v2_5", **options}
     return elevenlabs.TTS(
         api_key=KEY,
         base_url=f"{server.http}/v1",
         voice_id=VOICE,
-        model="eleven_flash_v2_5",
         http_session=http,
         **options,  # type: ignore[arg-type]
     )
@@ -164,6 +165,27 @@ async def test_unknown_voice_fails_the_stream(
         assert refused.value.status_code == 404
     finally:
         await engine.aclose()
+
+
+async def test_dialogue_models_go_through_text_to_dialogue(
+    server: RunningServer, session: aiohttp.ClientSession
+) -> None:
+    # The plugin sends eleven_v3 and eleven_v4 to ElevenLabs' text-to-dialogue API: its
+    # multi-stream-input socket for streams, /text-to-dialogue/stream for synthesize.
+    engine = plugin(server, session, model="eleven_v3", encoding="pcm_24000")
+    try:
+        events = await stream_text(engine, words_of(TEXT))
+        frame = await engine.synthesize(TEXT, conn_options=NO_RETRY).collect()
+    finally:
+        await engine.aclose()
+    seconds = sum(ev.frame.samples_per_channel for ev in events) / 24000
+    assert seconds > 2.5 and abs(frame.duration - seconds) < 0.3
+    timed = timed_words(events)
+    assert "".join(timed).split() == TEXT.split()
+    starts = [t.start_time for t in timed]
+    assert starts == sorted(starts) and starts[0] < 0.5
+    assert all(t.start_time <= t.end_time <= seconds + 0.1 for t in timed)
+    assert timed[-1].end_time > seconds - 1.0
 
 
 async def test_list_voices(server: RunningServer, session: aiohttp.ClientSession) -> None:

@@ -1,7 +1,8 @@
 """The ``elevenlabs`` Python SDK, unchanged but for its ``base_url``, against the real
 server on loopback with the Piper voice: ``text_to_speech.convert`` / ``stream`` /
 ``convert_with_timestamps`` / ``stream_with_timestamps`` in every output format
-(decoded by FFmpeg through PyAV), the voice listings, and errors as the SDK raises them.
+(decoded by FFmpeg through PyAV), ``text_to_dialogue``, the voice listings, and errors as
+the SDK raises them.
 
 The SDK's ``convert_realtime`` always dials ``wss://`` (TLS), so it needs a TLS proxy in
 front of this server; the socket it speaks is tested raw in
@@ -18,7 +19,7 @@ import av
 import httpx
 import numpy as np
 import pytest
-from elevenlabs import ElevenLabs, VoiceSettings
+from elevenlabs import DialogueInput, ElevenLabs, VoiceSettings
 from elevenlabs.core.api_error import ApiError
 from elevenlabs.errors import UnprocessableEntityError
 
@@ -137,6 +138,18 @@ def test_stream_with_timestamps(client: ElevenLabs) -> None:
     ends = [e for a in aligned for e in a.character_end_times_seconds]
     assert starts == sorted(starts) and ends == sorted(ends)
     assert ends[-1] <= seconds + 0.002 and ends[-1] > seconds - 0.5
+
+
+def test_text_to_dialogue(client: ElevenLabs, reference: np.ndarray) -> None:
+    inputs = [DialogueInput(text=TEXT, voice_id=VOICE), DialogueInput(text=TEXT, voice_id="JOE")]
+    data = b"".join(client.text_to_dialogue.convert(inputs=inputs, output_format="pcm_24000"))
+    # The inputs are spoken one after another, each as on its own.
+    assert abs(len(data) / 2 - 2 * len(reference)) < 0.01 * len(reference)
+    with pytest.raises(ApiError) as unknown:
+        b"".join(
+            client.text_to_dialogue.stream(inputs=[DialogueInput(text=TEXT, voice_id="nobody")])
+        )
+    assert unknown.value.status_code == 404
 
 
 def test_voices(client: ElevenLabs) -> None:

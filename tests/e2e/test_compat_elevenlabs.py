@@ -234,6 +234,52 @@ async def test_ssml_tags_are_taken_out_when_parsing_is_on(server: RunningServer)
     await sock.close()
 
 
+async def test_text_to_dialogue_socket(server: RunningServer) -> None:
+    url = f"ws://{server.host}:{server.port}/v1/text-to-dialogue/multi-stream-input"
+    url += "?model_id=eleven_v3&output_format=pcm_16000&sync_alignment=true"
+    got: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    async with websockets.connect(url, additional_headers={"xi-api-key": KEY}) as ws:
+
+        async def send(**msg: Any) -> None:
+            await ws.send(json.dumps(msg))
+
+        async def until_final(*contexts: str) -> None:
+            while not all(any(m.get("is_final") for m in got[c]) for c in contexts):
+                message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                got[message["context_id"]].append(message)
+
+        await send(context_id="d", voices=["JOE"], voice_settings={"stability": 0.5})
+        await send(context_id="d", keep_alive=True)
+        await send(context_id="d", inputs=[{"text": SHORT, "voice_id": "joe"}], flush=True)
+        await send(context_id="d", close_context=True)
+        await until_final("d")
+        # One voice per context here: input in another voice is refused and stops it.
+        await send(context_id="x", voices=["joe"])
+        await send(context_id="x", inputs=[{"text": "Hi. ", "voice_id": "someone"}])
+        await send(context_id="e", inputs=[{"text": "Hi. ", "voice_id": "nobody"}])
+        await until_final("x", "e")
+    *audio, final = got["d"]
+    assert final == {"is_final": True, "context_id": "d"}
+    text = "".join("".join(m["alignment"]["chars"]) for m in audio if m.get("alignment"))
+    assert text == SHORT
+    # Times count from each message's own first sample (LiveKit adds its audio's length).
+    played = 0
+    for message in audio:
+        samples = len(base64.b64decode(message["audio"])) // 2
+        alignment = message.get("alignment")
+        if alignment:
+            starts, durations = alignment["char_start_times_ms"], alignment["char_durations_ms"]
+            assert starts == sorted(starts) and len(starts) == len(alignment["chars"])
+            end = (played + samples) * 1000 // 16000 - played * 1000 // 16000
+            assert starts[-1] + durations[-1] == end
+        played += samples
+    [error, final_x] = got["x"]
+    assert error["error"] == "unsupported_value" and "someone" in error["message"]
+    assert final_x == {"is_final": True, "context_id": "x"}
+    [refused, final_e] = got["e"]
+    assert refused["error"] == "voice_not_found" and final_e["is_final"] is True
+
+
 # --- formats -------------------------------------------------------------------------------
 
 

@@ -75,7 +75,7 @@ def test_message_spans_add_up_to_the_audio() -> None:
 def test_context_times_count_from_the_first_sample() -> None:
     chars = [("a", 510.0), ("b", 560.0)]
     relative, _ = chunk_alignment(chars, 500, 600)
-    absolute, clock = chunk_alignment(chars, 500, 600, context_times=True)
+    absolute, clock = chunk_alignment(chars, 500, 600, origin_ms=0)
     assert relative is not None and absolute is not None and clock == 600
     assert relative.charStartTimesMs == [10, 60] and absolute.charStartTimesMs == [510, 560]
     assert relative.charDurationsMs == absolute.charDurationsMs == [50, 40]

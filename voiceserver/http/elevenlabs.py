@@ -44,6 +44,7 @@ from protocol.compat_elevenlabs import (
     HttpError,
     SpeechQuery,
     convert_query,
+    decode_dialogue_body,
     decode_speech_body,
     error_name,
     parse_output_format,
@@ -94,11 +95,32 @@ _STATUS = {
 
 @dataclass(frozen=True)
 class Job:
-    """One checked request."""
+    """One checked request: its parts (text and voice), spoken one after another."""
 
-    text: str
-    params: SynthParams
+    parts: list[tuple[str, SynthParams]]
     spec: FormatSpec
+
+    @property
+    def text(self) -> str:
+        return "".join(text for text, _ in self.parts)
+
+
+def _check_text(rt: Runtime, text: str, field: str) -> None:
+    if not text.strip():
+        raise ProtocolError(
+            ErrorCode.INVALID_FIELD, f"`{field}`: must contain text to speak", param=field
+        )
+    limit = rt.server.limits.max_text_chars
+    if len(text) > limit:
+        raise ProtocolError(
+            ErrorCode.TEXT_TOO_LONG,
+            f"`{field}`: {len(text)} characters, over this server's limit of {limit}",
+            param=field,
+        )
+
+
+def _refused(err: ProtocolError) -> ApiError:
+    return ApiError(_STATUS.get(err.code, 422), err.message, param=err.param, code=err.code)
 
 
 def read_job(rt: Runtime, query_params: dict[str, str], data: bytes, voice_id: str) -> Job:
@@ -107,17 +129,7 @@ def read_job(rt: Runtime, query_params: dict[str, str], data: bytes, voice_id: s
         query = convert_query(query_params, SpeechQuery)
         spec = parse_output_format(query.output_format, socket=False)
         body = decode_speech_body(data)
-        limit = rt.server.limits.max_text_chars
-        if not body.text.strip():
-            raise ProtocolError(
-                ErrorCode.INVALID_FIELD, "`text`: must contain text to speak", param="text"
-            )
-        if len(body.text) > limit:
-            raise ProtocolError(
-                ErrorCode.TEXT_TOO_LONG,
-                f"`text`: {len(body.text)} characters, over this server's limit of {limit}",
-                param="text",
-            )
+        _check_text(rt, body.text, "text")
         check_model(rt, body.model_id)
         settings = body.voice_settings
         params = speech_params(
@@ -128,10 +140,27 @@ def read_job(rt: Runtime, query_params: dict[str, str], data: bytes, voice_id: s
             seed=body.seed,
         )
     except ProtocolError as err:
-        raise ApiError(
-            _STATUS.get(err.code, 422), err.message, param=err.param, code=err.code
-        ) from None
-    return Job(body.text, params, spec)
+        raise _refused(err) from None
+    return Job([(body.text, params)], spec)
+
+
+def read_dialogue_job(rt: Runtime, query_params: dict[str, str], data: bytes) -> Job:
+    """A text-to-dialogue request: each input in its voice; ApiError naming what is wrong."""
+    try:
+        query = convert_query(query_params, SpeechQuery)
+        spec = parse_output_format(query.output_format, socket=False)
+        body = decode_dialogue_body(data)
+        _check_text(rt, "".join(item.text for item in body.inputs), "inputs.text")
+        check_model(rt, body.model_id)
+        language = language_of(rt, body.language_code)
+        parts = [
+            (item.text, speech_params(rt, item.voice_id, language=language, seed=body.seed))
+            for item in body.inputs
+            if item.text.strip()
+        ]
+    except ProtocolError as err:
+        raise _refused(err) from None
+    return Job(parts, spec)
 
 
 def error_response(err: ApiError, request_id: str, rt: Runtime) -> Response:
@@ -166,8 +195,11 @@ class ElevenLabsAudio:
         self._timestamps = timestamps
         self._whole = whole
         self._rate = rt.model.capabilities.sample_rate
-        self._pieces = text_pieces(job.text, rt.model.capabilities.max_context_chars)
-        self._offsets = _offsets(job.text, self._pieces)
+        most = rt.model.capabilities.max_context_chars
+        self._pieces = [
+            (piece, params) for text, params in job.parts for piece in text_pieces(text, most)
+        ]
+        self._offsets = _offsets(job.text, [piece for piece, _ in self._pieces])
         self.timeline = CharTimeline()
         self.timeline.add_text(job.text)
         self._output: ContextOutput | None = None
@@ -207,7 +239,7 @@ class ElevenLabsAudio:
         try:
             utterance = Utterance(
                 self.rt,
-                self.job.params,
+                self._pieces[index][1],
                 endpoint=ENDPOINT,
                 client=self._client,
                 word_timestamps=self._timestamps,
@@ -219,7 +251,7 @@ class ElevenLabsAudio:
         self._piece = index
         self._utterance = utterance
         self._events = utterance.events()
-        utterance.append(self._pieces[index])
+        utterance.append(self._pieces[index][0])
         utterance.end()
         try:
             return await anext(self._events)
@@ -325,16 +357,21 @@ async def _whole_json(audio: ElevenLabsAudio) -> AsyncIterator[bytes]:
     yield _line(b"".join(parts), chars, audio.audio_ms, audio.aligned)
 
 
-async def _respond(request: Request, *, stream: bool, timestamps: bool) -> Response:
+async def _respond(
+    request: Request, *, stream: bool, timestamps: bool, dialogue: bool = False
+) -> Response:
     request_id = request_id_of(request)
     rt = runtime_of(request)
     guard = RequestGuard(request, rt.lifecycle)
-    voice_id = request.path_params["voice_id"]
     try:
         check_auth(request, rt.server.api_keys)
         if rt.lifecycle.draining:
             raise shutting_down()
-        job = read_job(rt, dict(request.query_params), await read_body(request), voice_id)
+        query, data = dict(request.query_params), await read_body(request)
+        if dialogue:
+            job = read_dialogue_job(rt, query, data)
+        else:
+            job = read_job(rt, query, data, request.path_params["voice_id"])
         whole = not stream and job.spec.codec == "wav" and not timestamps
         audio = ElevenLabsAudio(
             rt, job, request_client(request), timestamps=timestamps, whole=whole
@@ -370,6 +407,16 @@ async def text_to_speech_stream(request: Request) -> Response:
 async def text_to_speech_with_timestamps(request: Request) -> Response:
     """``POST /v1/text-to-speech/{voice_id}/with-timestamps``: audio and alignment."""
     return await _respond(request, stream=False, timestamps=True)
+
+
+async def text_to_dialogue(request: Request) -> Response:
+    """``POST /v1/text-to-dialogue``: the inputs' audio, one voice after another."""
+    return await _respond(request, stream=False, timestamps=False, dialogue=True)
+
+
+async def text_to_dialogue_stream(request: Request) -> Response:
+    """``POST /v1/text-to-dialogue/stream``: the same, streamed."""
+    return await _respond(request, stream=True, timestamps=False, dialogue=True)
 
 
 async def text_to_speech_stream_with_timestamps(request: Request) -> Response:

@@ -1,7 +1,8 @@
 """ElevenLabs' streaming TTS API on our engine (docs/elevenlabs.md): the sockets
-``/v1/text-to-speech/{voice_id}/stream-input`` and ``.../multi-stream-input``, the HTTP
-text-to-speech endpoints (``voiceserver.http.elevenlabs``) and the voice listings
-(``voiceserver.http.elevenlabs_voices``).
+``/v1/text-to-speech/{voice_id}/stream-input`` and ``.../multi-stream-input`` and
+``/v1/text-to-dialogue/multi-stream-input`` (one voice per context), the HTTP
+text-to-speech and text-to-dialogue endpoints (``voiceserver.http.elevenlabs``) and the
+voice listings (``voiceserver.http.elevenlabs_voices``).
 
 The sockets are the native session (``SpeechSession``) speaking ElevenLabs' messages
 through :class:`protocol.compat_elevenlabs_session.ElevenLabsSession`: contexts,
@@ -24,11 +25,14 @@ import logging
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from protocol.compat_elevenlabs import ErrorOutput, encode_output, error_name
-from protocol.compat_elevenlabs_session import ElevenLabsSession, peek_context
+from protocol.compat_elevenlabs import DialogueError, ErrorOutput, encode_output, error_name
+from protocol.compat_elevenlabs_session import ElevenLabsSession
+from protocol.compat_elevenlabs_wire import peek_context
 from protocol.errors import CloseCode, ProtocolError
 from protocol.events import ContextOpened
 from voiceserver.http.elevenlabs import (
+    text_to_dialogue,
+    text_to_dialogue_stream,
     text_to_speech,
     text_to_speech_stream,
     text_to_speech_stream_with_timestamps,
@@ -43,7 +47,11 @@ from voiceserver.session.peer import PeerGone
 from voiceserver.session.speech import SpeechSession
 from voiceserver.transport.auth import admit_websocket
 from voiceserver.transport.compat_elevenlabs_audio import LazyStage
-from voiceserver.transport.compat_elevenlabs_settings import native_output, socket_setup
+from voiceserver.transport.compat_elevenlabs_settings import (
+    canonical_voice,
+    native_output,
+    socket_setup,
+)
 from voiceserver.transport.ws import WebSocketPeer, admit_client, protocol_limits, refuse_full
 from voiceserver.transport.ws import _watch as watch_clocks  # the native socket's clocks
 
@@ -70,6 +78,9 @@ def elevenlabs_routes() -> list[BaseRoute]:
             text_to_speech_stream_with_timestamps,
             methods=["POST"],
         ),
+        WebSocketRoute("/v1/text-to-dialogue/multi-stream-input", dialogue_multi_stream_input),
+        Route("/v1/text-to-dialogue", text_to_dialogue, methods=["POST"]),
+        Route("/v1/text-to-dialogue/stream", text_to_dialogue_stream, methods=["POST"]),
         Route("/v1/voices", list_voices, methods=["GET"]),
         Route("/v2/voices", search_voices, methods=["GET"]),
         Route("/v1/voices/{voice_id}", get_voice, methods=["GET"]),
@@ -127,7 +138,13 @@ async def multi_stream_input(ws: WebSocket) -> None:
     await _serve(ws, multi=True)
 
 
-async def _serve(ws: WebSocket, *, multi: bool) -> None:
+async def dialogue_multi_stream_input(ws: WebSocket) -> None:
+    """``/v1/text-to-dialogue/multi-stream-input``: contexts by ``context_id``, each in the
+    voice its first message names."""
+    await _serve(ws, multi=True, dialogue=True)
+
+
+async def _serve(ws: WebSocket, *, multi: bool, dialogue: bool = False) -> None:
     rt: Runtime = ws.app.state.runtime
     # The budget first: a client that floods upgrades with bad keys is limited too.
     client = await admit_client(ws, rt, ENDPOINT)
@@ -137,9 +154,10 @@ async def _serve(ws: WebSocket, *, multi: bool) -> None:
     if admission is None:
         return
     try:
-        setup = socket_setup(rt, ws.path_params["voice_id"], dict(ws.query_params))
+        voice_id = None if dialogue else ws.path_params["voice_id"]
+        setup = socket_setup(rt, voice_id, dict(ws.query_params))
     except ProtocolError as err:
-        await _refuse(ws, rt, err, multi=multi)
+        await _refuse(ws, rt, err, multi=multi, dialogue=dialogue)
         return
     await ws.accept()
     if rt.engine.full:
@@ -149,6 +167,7 @@ async def _serve(ws: WebSocket, *, multi: bool) -> None:
     proto = ElevenLabsSession(
         protocol_limits(rt),
         multi=multi,
+        dialogue=dialogue,
         spec=setup.spec,
         output=setup.output,
         voice=setup.voice,
@@ -161,6 +180,7 @@ async def _serve(ws: WebSocket, *, multi: bool) -> None:
         idle_timeout_s=setup.idle_timeout_s,
         options=socket_options(caps.request_fields),
         on_warning=_note,
+        voice_name=lambda voice: canonical_voice(rt, voice),
     )
     session = ElevenLabsSpeech(rt, proto, ElevenLabsPeer(ws), client, admission.expires_at)
     rt.session_opened(ENDPOINT)
@@ -196,7 +216,9 @@ async def _serve(ws: WebSocket, *, multi: bool) -> None:
                     await task
 
 
-async def _refuse(ws: WebSocket, rt: Runtime, err: ProtocolError, *, multi: bool) -> None:
+async def _refuse(
+    ws: WebSocket, rt: Runtime, err: ProtocolError, *, multi: bool, dialogue: bool
+) -> None:
     """A socket whose path or query is wrong: accepted, told why at its first message
     (naming the context that message opens), closed (1008). Clients register their first
     context before they send its first message and fail that context on the error;
@@ -214,8 +236,11 @@ async def _refuse(ws: WebSocket, rt: Runtime, err: ProtocolError, *, multi: bool
                 return
             if multi and first.get("text") is not None:
                 context = peek_context(first["text"])
-        message = ErrorOutput(
-            message=err.message, error=error_name(err.code), code=code, contextId=context
+        name = error_name(err.code)
+        message: ErrorOutput | DialogueError = (
+            DialogueError(message=err.message, error=name, code=code, context_id=context)
+            if dialogue
+            else ErrorOutput(message=err.message, error=name, code=code, contextId=context)
         )
         await ws.send_text(encode_output(message))
         await ws.close(code=code, reason=err.message[:120])

@@ -71,6 +71,15 @@ def language_of(rt: Runtime, code: str | None) -> str | None:
         return None
 
 
+def canonical_voice(rt: Runtime, voice_id: str) -> str:
+    """The served spelling of a voice id given in any case (others are left as they are)."""
+    builtin = rt.voices.builtin.get(voice_id.lower())
+    if builtin is not None:
+        return builtin
+    stored = rt.voices.find(voice_id)
+    return stored.record.name if stored is not None else voice_id
+
+
 def speech_params(
     rt: Runtime,
     voice_id: str,
@@ -86,7 +95,7 @@ def speech_params(
     try:
         return resolve_params(
             rt,
-            voice=voice_id,
+            voice=canonical_voice(rt, voice_id),
             language=language,
             speed=1.0 if speed is None else speed,
             extra=extra,
@@ -139,7 +148,8 @@ class SocketSetup:
     """Everything a socket's query and path decide, checked before the first message."""
 
     spec: FormatSpec
-    voice: str
+    voice: str | None
+    """The socket's voice (None: each context names its own, as on text-to-dialogue)."""
     language: str | None
     aligned: bool
     """The model times words for these settings: alignment is sent."""
@@ -155,17 +165,19 @@ class SocketSetup:
         return native_output(self.spec) or PLACEHOLDER_OUTPUT
 
 
-def socket_setup(rt: Runtime, voice_id: str, query: dict[str, str]) -> SocketSetup:
-    """The socket's settings from its path and query; ProtocolError naming a bad one."""
+def socket_setup(rt: Runtime, voice_id: str | None, query: dict[str, str]) -> SocketSetup:
+    """The socket's settings from its path and query; ProtocolError naming a bad one.
+    ``voice_id`` None: the contexts name their voices (the model's default is checked)."""
     params = convert_query(query, SocketQuery)
     check_model(rt, params.model_id)
     spec = parse_output_format(params.output_format, socket=True)
     language = language_of(rt, params.language_code)
-    synth = speech_params(rt, voice_id, language=language)
+    default = rt.model.capabilities.default_voice
+    synth = speech_params(rt, voice_id if voice_id is not None else default, language=language)
     timeout = params.inactivity_timeout or DEFAULT_INACTIVITY_S
     return SocketSetup(
         spec=spec,
-        voice=voice_id,
+        voice=None if voice_id is None else canonical_voice(rt, voice_id),
         language=language,
         aligned=rt.model.runner.aligns_words(synth),
         auto_mode=bool(params.auto_mode),
