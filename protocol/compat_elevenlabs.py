@@ -293,6 +293,10 @@ class DialogueInput(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     xi_api_key_dashed: Secret | None = msgspec.field(default=None, name="xi-api-key")
     authorization: Secret | None = None
 
+    @property
+    def context(self) -> str | None:
+        return self.context_id
+
 
 _dialogue_decoder = msgspec.json.Decoder(DialogueInput)
 
