@@ -86,16 +86,14 @@ class _Extra:
 
 class CartesiaSession(ServerSession):
     """One Cartesia socket. ``voices`` maps the voice ids clients send to the served
-    voices (None: passed through); ``speed``: the served model honours ``speed``
-    (otherwise a requested speed is ignored with a warning); ``on_warning`` is told what
-    the native session would have sent as a ``warning``."""
+    voices (None: passed through); ``on_warning`` is told what the native session would
+    have sent as a ``warning``."""
 
     def __init__(
         self,
         limits: Limits,
         *,
         voices: VoiceBook | None = None,
-        speed: bool = True,
         options: ModelOptions | None = None,
         on_warning: Callable[[str, str | None], None] | None = None,
         session_id: str | None = None,
@@ -104,7 +102,6 @@ class CartesiaSession(ServerSession):
         defaults = SessionSettings(audio_transport="base64")
         super().__init__(limits, defaults, finished_memory=finished_memory, options=options)
         self._voices = voices
-        self._speed = speed
         self._on_warning = on_warning
         self.session_id = session_id or uuid.uuid4().hex
         self._extra: dict[str, _Extra] = {}
@@ -189,9 +186,6 @@ class CartesiaSession(ServerSession):
         assert fmt.encoding is not None and fmt.sample_rate is not None
         voice = lookup_voice(self._voices, request)
         speed = requested_speed(request)
-        if speed is not None and speed != 1.0 and not self._speed:
-            self._warn(f"speed {speed:g} ignored: the served model cannot change speed", context_id)
-            speed = None
         if ignored := ignored_fields(request):
             self._warn(f"no equivalent here, ignored: {', '.join(ignored)}", context_id)
         delay = request.max_buffer_delay_ms

@@ -127,9 +127,6 @@ def parse_job(rt: Runtime, body: dict[str, Any], *, sse: bool) -> CartesiaJob:
     warnings: list[str] = []
     if ignored := ignored_fields(request):
         warnings.append(f"no equivalent here, ignored: {', '.join(ignored)}")
-    if speed is not None and speed != 1.0 and not rt.model.capabilities.supports_speed:
-        warnings.append(f"speed {speed:g} ignored: the served model cannot change speed")
-        speed = None
     try:
         params = resolve_params(
             rt,

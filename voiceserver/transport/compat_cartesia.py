@@ -92,7 +92,6 @@ async def cartesia_websocket(ws: WebSocket) -> None:
     proto = CartesiaSession(
         protocol_limits(rt),
         voices=CartesiaVoices(rt),
-        speed=caps.supports_speed,
         options=socket_options(caps.request_fields),
         on_warning=_log_warning,
     )
