@@ -110,7 +110,7 @@ class ElevenLabsSession(ServerSession):
     ``language``, ``output`` (the native format the engine's audio is encoded in) and
     ``spec`` (the ``output_format`` the client asked for) hold for every context;
     ``aligned``: the served model times words for these settings (else no alignment is
-    sent); ``speed``: it honours ``speed``; ``auto_mode``: flush every text message;
+    sent); ``auto_mode``: flush every text message;
     ``sync_alignment``: alignment times count from each context's first sample (else from
     the previous message's); ``ssml``: SSML tags are taken out of the text (their words
     are spoken; the tags themselves have no effect here); ``voice_name``: the served
@@ -127,7 +127,6 @@ class ElevenLabsSession(ServerSession):
         voice: str | None = None,
         language: str | None = None,
         aligned: bool = True,
-        speed: bool = True,
         auto_mode: bool = False,
         sync_alignment: bool = False,
         ssml: bool = False,
@@ -150,7 +149,6 @@ class ElevenLabsSession(ServerSession):
         self.dialogue = dialogue
         self.spec = spec
         self._aligned = aligned
-        self._speed = speed
         self._auto_mode = auto_mode
         self._context_times = sync_alignment
         self._ssml = ssml
@@ -310,10 +308,7 @@ class ElevenLabsSession(ServerSession):
             overrides["voice"] = voice
         speed = msg.voice_settings.speed if msg.voice_settings is not None else None
         if speed is not None and speed != 1.0:
-            if self._speed:
-                overrides["speed"] = speed
-            else:
-                self._warn(f"speed {speed:g} ignored: the served model cannot change speed")
+            overrides["speed"] = speed
         opened = self._open(ContextCreate(context_id=context_id), overrides, implicit=False)
         if isinstance(opened[0], ErrorEvent):
             return self._refuse(opened[0].error)

@@ -173,7 +173,6 @@ async def _serve(ws: WebSocket, *, multi: bool, dialogue: bool = False) -> None:
         voice=setup.voice,
         language=setup.language,
         aligned=setup.aligned,
-        speed=caps.supports_speed,
         auto_mode=setup.auto_mode,
         sync_alignment=setup.sync_alignment,
         ssml=setup.ssml,
