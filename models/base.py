@@ -209,17 +209,6 @@ class Capabilities:
     def frame_ms(self) -> float:
         return 1000.0 * self.samples_per_frame / self.sample_rate
 
-    @property
-    def supports_speed(self) -> bool:
-        """Whether ``speed`` is honoured: always, natively within :attr:`speed_range` and
-        by the server's time-stretch beyond it (for endpoints that still ask)."""
-        return True
-
-    @property
-    def native_speed(self) -> bool:
-        """Some speed other than 1 is made by the model itself."""
-        return self.speed_range != (1.0, 1.0)
-
     def split_speed(self, speed: float) -> tuple[float, float]:
         """``speed`` as ``(native, stretch)``: the speed the model makes (within
         :attr:`speed_range`) and the factor its audio is then time-stretched by;

@@ -6,7 +6,6 @@ most 24 frames a context, so one context speaks 12 characters whole."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import numpy as np
