@@ -14,15 +14,12 @@ the ``Cartesia-Version`` header are accepted and ignored.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from starlette.routing import BaseRoute, Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from protocol.compat_cartesia_session import CartesiaSession
-from protocol.errors import CloseCode
 from voiceserver.cartesia_voices import CartesiaVoices
 from voiceserver.http.cartesia import get_voice, list_voices, tts_bytes, tts_sse
 from voiceserver.logs import Throttled
@@ -31,8 +28,13 @@ from voiceserver.runtime import Runtime
 from voiceserver.session.peer import PeerGone
 from voiceserver.session.speech import SpeechSession
 from voiceserver.transport.auth import admit_websocket
-from voiceserver.transport.ws import WebSocketPeer, admit_client, protocol_limits, refuse_full
-from voiceserver.transport.ws import _watch as watch_clocks  # the native socket's clocks
+from voiceserver.transport.ws import (
+    WebSocketPeer,
+    admit_client,
+    protocol_limits,
+    refuse_full,
+    serve_session,
+)
 
 log = logging.getLogger(__name__)
 warnings = Throttled(log)
@@ -96,34 +98,4 @@ async def cartesia_websocket(ws: WebSocket) -> None:
         on_warning=_log_warning,
     )
     session = SpeechSession(rt, proto, CartesiaPeer(ws), client, admission.expires_at)
-    rt.session_opened(ENDPOINT)
-    rt.lifecycle.register(session)
-    writer = watcher = None
-    try:
-        writer = session.start_writer()
-        watcher = asyncio.create_task(watch_clocks(session))
-        while True:
-            message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            if message.get("text") is not None:
-                session.on_text(message["text"])
-            elif message.get("bytes") is not None:
-                session.on_bytes(message["bytes"])
-            if writer.done() and not session.dropped:
-                break
-    except (WebSocketDisconnect, OSError):
-        pass  # an ordinary departure
-    except Exception:
-        log.exception("Cartesia session failed")
-        with contextlib.suppress(Exception):
-            await ws.close(code=int(CloseCode.INTERNAL_ERROR), reason="internal error")
-    finally:
-        rt.lifecycle.unregister(session)
-        rt.session_closed(ENDPOINT)
-        session.shutdown()
-        for task in (watcher, writer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+    await serve_session(ws, session, ENDPOINT)

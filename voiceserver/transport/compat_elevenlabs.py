@@ -23,7 +23,7 @@ import contextlib
 import logging
 
 from starlette.routing import BaseRoute, Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from protocol.compat_elevenlabs import DialogueError, ErrorOutput, encode_output, error_name
 from protocol.compat_elevenlabs_session import ElevenLabsSession
@@ -52,8 +52,13 @@ from voiceserver.transport.compat_elevenlabs_settings import (
     native_output,
     socket_setup,
 )
-from voiceserver.transport.ws import WebSocketPeer, admit_client, protocol_limits, refuse_full
-from voiceserver.transport.ws import _watch as watch_clocks  # the native socket's clocks
+from voiceserver.transport.ws import (
+    WebSocketPeer,
+    admit_client,
+    protocol_limits,
+    refuse_full,
+    serve_session,
+)
 
 log = logging.getLogger(__name__)
 notes = Throttled(log)
@@ -182,37 +187,7 @@ async def _serve(ws: WebSocket, *, multi: bool, dialogue: bool = False) -> None:
         voice_name=lambda voice: canonical_voice(rt, voice),
     )
     session = ElevenLabsSpeech(rt, proto, ElevenLabsPeer(ws), client, admission.expires_at)
-    rt.session_opened(ENDPOINT)
-    rt.lifecycle.register(session)
-    writer = watcher = None
-    try:
-        writer = session.start_writer()
-        watcher = asyncio.create_task(watch_clocks(session))
-        while True:
-            message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            if message.get("text") is not None:
-                session.on_text(message["text"])
-            elif message.get("bytes") is not None:
-                session.on_bytes(message["bytes"])
-            if writer.done() and not session.dropped:
-                break
-    except (WebSocketDisconnect, OSError):
-        pass  # an ordinary departure
-    except Exception:
-        log.exception("ElevenLabs session failed")
-        with contextlib.suppress(Exception):
-            await ws.close(code=int(CloseCode.INTERNAL_ERROR), reason="internal error")
-    finally:
-        rt.lifecycle.unregister(session)
-        rt.session_closed(ENDPOINT)
-        session.shutdown()
-        for task in (watcher, writer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+    await serve_session(ws, session, ENDPOINT)
 
 
 async def _refuse(

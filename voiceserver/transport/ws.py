@@ -127,13 +127,25 @@ async def speech_websocket(ws: WebSocket) -> None:
         await refuse_full(ws, rt, "ws")
         return
     session = SpeechSession(rt, proto, WebSocketPeer(ws), client, admission.expires_at)
-    rt.session_opened("ws")
+    await serve_session(ws, session, "ws", greeting=proto.created_message(uuid.uuid4().hex))
+
+
+async def serve_session(
+    ws: WebSocket, session: SpeechSession, endpoint: str, greeting: str | None = None
+) -> None:
+    """Run an accepted socket's session until either side ends it: the greeting (if
+    any) first, then every frame to the session while its writer sends, its clocks
+    (token expiry, idle checks) running beside; registered for shutdown meanwhile.
+    Every protocol spoken over the native session's state machine runs here."""
+    rt = session.rt
+    rt.session_opened(endpoint)
     rt.lifecycle.register(session)
-    writer = idle = None
+    writer = clocks = None
     try:
-        await ws.send_text(proto.created_message(uuid.uuid4().hex))
+        if greeting is not None:
+            await ws.send_text(greeting)
         writer = session.start_writer()
-        idle = asyncio.create_task(_watch(session))
+        clocks = asyncio.create_task(_watch(session))
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
@@ -147,14 +159,14 @@ async def speech_websocket(ws: WebSocket) -> None:
     except (WebSocketDisconnect, OSError):
         pass  # an ordinary departure
     except Exception:
-        log.exception("session failed")
+        log.exception("%s session failed", endpoint)
         with contextlib.suppress(Exception):
             await ws.close(code=int(CloseCode.INTERNAL_ERROR), reason="internal error")
     finally:
         rt.lifecycle.unregister(session)
-        rt.session_closed("ws")
+        rt.session_closed(endpoint)
         session.shutdown()
-        for task in (idle, writer):
+        for task in (clocks, writer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
