@@ -107,11 +107,14 @@ class SpeechSession:
         peer: Peer,
         client: ClientId | None = None,
         expires_at: float | None = None,
+        endpoint: str = "ws",
     ) -> None:
         """``client``: who the session belongs to (its rate budget and engine share;
         None: no per-client limits). ``expires_at``: when the connect token it opened
-        with expires (unix seconds), after which it finishes and closes."""
+        with expires (unix seconds), after which it finishes and closes. ``endpoint``:
+        the label its metrics go under."""
         self.rt = runtime
+        self.endpoint = endpoint
         self.proto = proto
         self._peer = peer
         self.client = client
@@ -158,7 +161,7 @@ class SpeechSession:
                 FAREWELL_S,  # a flooder is not waited for as long as a slow reader
             )
             return False
-        self.rt.metrics.error("ws", str(ErrorCode.RATE_LIMITED))
+        self.rt.metrics.error(self.endpoint, str(ErrorCode.RATE_LIMITED))
         err = ProtocolError(
             ErrorCode.RATE_LIMITED,
             f"message refused: this client may send {limit:g} messages a second (bursts of"
@@ -219,7 +222,7 @@ class SpeechSession:
                 self._error(event.error)
 
     def _error(self, err: ProtocolError) -> None:
-        self.rt.metrics.error("ws", str(err.code))
+        self.rt.metrics.error(self.endpoint, str(err.code))
         self._put_text(self.proto.error_message(err))
         if err.fatal:
             self._outbox.put(_CloseSocket(int(close_code_for(err.code)), err.message[:120]), 0)
@@ -277,7 +280,7 @@ class SpeechSession:
             stage.close()
             self._reject(event, ProtocolError(exc.code, str(exc)))
             return
-        tracker = self.rt.metrics.track("ws")
+        tracker = self.rt.metrics.track(self.endpoint)
         output = ContextOutput(stage, self.rt.encode_pool)
         ctx = LiveContext(
             event.context_id,
@@ -324,7 +327,7 @@ class SpeechSession:
 
     def _fail(self, ctx: LiveContext, err: ProtocolError) -> None:
         """End a context for a reason of the server's: the error, then its cancellation."""
-        self.rt.metrics.error("ws", str(err.code))
+        self.rt.metrics.error(self.endpoint, str(err.code))
         self._drop(ctx)
         ctx.tracker.failed(str(err.code))
         self._put_text(self.proto.error_message(err), ctx)
@@ -332,7 +335,7 @@ class SpeechSession:
 
     def _reject(self, event: ContextOpened, err: ProtocolError) -> None:
         err = err.replace(context_id=event.context_id, event_id=event.event_id)
-        self.rt.metrics.error("ws", str(err.code))
+        self.rt.metrics.error(self.endpoint, str(err.code))
         self.proto.abort_context(event.context_id)
         self._put_text(self.proto.error_message(err))
 
@@ -687,7 +690,7 @@ class SpeechSession:
             return
         self.dropped = True
         log.info("dropping a WebSocket client: %s", message)
-        self.rt.metrics.error("ws", str(code))
+        self.rt.metrics.error(self.endpoint, str(code))
         errors = [
             self.proto.error_message(
                 ProtocolError(code, message, context_id=ctx.context_id, fatal=True)

@@ -97,5 +97,5 @@ async def cartesia_websocket(ws: WebSocket) -> None:
         options=socket_options(caps.request_fields),
         on_warning=_log_warning,
     )
-    session = SpeechSession(rt, proto, CartesiaPeer(ws), client, admission.expires_at)
-    await serve_session(ws, session, ENDPOINT)
+    session = SpeechSession(rt, proto, CartesiaPeer(ws), client, admission.expires_at, ENDPOINT)
+    await serve_session(ws, session)

@@ -186,8 +186,10 @@ async def _serve(ws: WebSocket, *, multi: bool, dialogue: bool = False) -> None:
         on_warning=_note,
         voice_name=lambda voice: canonical_voice(rt, voice),
     )
-    session = ElevenLabsSpeech(rt, proto, ElevenLabsPeer(ws), client, admission.expires_at)
-    await serve_session(ws, session, ENDPOINT)
+    session = ElevenLabsSpeech(
+        rt, proto, ElevenLabsPeer(ws), client, admission.expires_at, ENDPOINT
+    )
+    await serve_session(ws, session)
 
 
 async def _refuse(

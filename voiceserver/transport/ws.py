@@ -127,17 +127,15 @@ async def speech_websocket(ws: WebSocket) -> None:
         await refuse_full(ws, rt, "ws")
         return
     session = SpeechSession(rt, proto, WebSocketPeer(ws), client, admission.expires_at)
-    await serve_session(ws, session, "ws", greeting=proto.created_message(uuid.uuid4().hex))
+    await serve_session(ws, session, greeting=proto.created_message(uuid.uuid4().hex))
 
 
-async def serve_session(
-    ws: WebSocket, session: SpeechSession, endpoint: str, greeting: str | None = None
-) -> None:
+async def serve_session(ws: WebSocket, session: SpeechSession, greeting: str | None = None) -> None:
     """Run an accepted socket's session until either side ends it: the greeting (if
     any) first, then every frame to the session while its writer sends, its clocks
     (token expiry, idle checks) running beside; registered for shutdown meanwhile.
     Every protocol spoken over the native session's state machine runs here."""
-    rt = session.rt
+    rt, endpoint = session.rt, session.endpoint
     rt.session_opened(endpoint)
     rt.lifecycle.register(session)
     writer = clocks = None
