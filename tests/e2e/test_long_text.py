@@ -56,3 +56,24 @@ def test_run_on_text_longer_than_a_context_is_spoken_whole(server: RunningServer
     rate = caps.sample_rate * 24000 // caps.sample_rate  # pcm comes at 24 kHz
     frames = len(audio) / (rate / 12.5)
     assert frames == pytest.approx(len(pieces) * 24, abs=1)
+
+
+@pytest.mark.parametrize("api", ["cartesia", "elevenlabs"])
+def test_other_apis_speak_run_on_text_whole(server: RunningServer, api: str) -> None:
+    """Cartesia's /tts/bytes and ElevenLabs' /v1/text-to-speech, raw 24 kHz PCM."""
+    voice = server.runtime.model.capabilities.voices[0].name
+    if api == "cartesia":
+        url = f"{server.http}/tts/bytes"
+        body = {
+            "model_id": "sonic-2",
+            "transcript": TEXT,
+            "voice": {"mode": "id", "id": voice},
+            "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
+        }
+    else:
+        url = f"{server.http}/v1/text-to-speech/{voice}?output_format=pcm_24000"
+        body = {"text": TEXT, "model_id": "eleven_flash_v2_5"}
+    response = httpx.post(url, json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    frames = len(np.frombuffer(response.content, np.int16)) / (24000 / 12.5)
+    assert frames == pytest.approx(len(text_pieces(TEXT, 12)) * 24, abs=1)

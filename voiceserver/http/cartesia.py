@@ -61,7 +61,13 @@ from voiceserver.http.guard import (
     client_gone_response,
     send_within,
 )
-from voiceserver.http.speech import read_json_object, request_id_of, runtime_of, shutting_down
+from voiceserver.http.speech import (
+    read_json_object,
+    request_id_of,
+    runtime_of,
+    shutting_down,
+    text_pieces,
+)
 from voiceserver.logs import Throttled
 from voiceserver.params import resolve_params
 from voiceserver.runtime import Runtime
@@ -190,6 +196,10 @@ class CartesiaStream:
         self.client = client
         self.media_type = ""
         self.utterance: Utterance | None = None
+        self._pieces = text_pieces(job.text, rt.model.capabilities.max_context_chars)
+        """The transcript in pieces one engine context speaks whole, one after another."""
+        self.offset_s = 0.0
+        """Audio seconds of the pieces before the current one (its word times start there)."""
         self._output: ContextOutput | None = None
         self._events: AsyncIterator[AudioChunk] | None = None
         self._first: AudioChunk | None = None
@@ -206,39 +216,49 @@ class CartesiaStream:
         try:
             if self._closed:  # closed while the stage was being built
                 raise ClientGone
-            try:
-                self.utterance = Utterance(
-                    self.rt,
-                    self.job.params,
-                    endpoint=self.endpoint,
-                    client=self.client,
-                    word_timestamps=self.job.timestamps,
-                )
-            except Overloaded as exc:
-                raise ApiError(
-                    exc.status, f"{exc}", code=exc.code, retry_after=exc.retry_after_s
-                ) from None
-            self._events = self.utterance.events()
-            self.utterance.append(self.job.text)
-            self.utterance.end()
-            try:
-                self._first = await anext(self._events)
-            except UtteranceError as err:
-                raise from_engine_failure(err.code, err.message, err.param) from None
+            self._first = await self._speak(0)
         except BaseException:
             self.close()
             raise
+
+    async def _speak(self, index: int) -> AudioChunk:
+        """Open piece ``index``'s engine context; its first chunk."""
+        if self.utterance is not None:
+            self.offset_s += self.utterance.audio_s
+        try:
+            self.utterance = Utterance(
+                self.rt,
+                self.job.params,
+                endpoint=self.endpoint,
+                client=self.client,
+                word_timestamps=self.job.timestamps,
+            )
+        except Overloaded as exc:
+            raise ApiError(
+                exc.status, f"{exc}", code=exc.code, retry_after=exc.retry_after_s
+            ) from None
+        self._events = self.utterance.events()
+        self.utterance.append(self._pieces[index])
+        self.utterance.end()
+        try:
+            return await anext(self._events)
+        except UtteranceError as err:
+            raise from_engine_failure(err.code, err.message, err.param) from None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The file's bytes as they are encoded, ending with the file's end; ApiError if
         the engine fails midway."""
         assert self._events is not None and self._output is not None, "start() first"
-        chunk = self._first
+        chunk, piece = self._first, 0
         try:
             while chunk is not None:
                 data = b"".join(await self._output.feed(chunk.pcm))
                 if data:
                     yield data
+                if chunk.final and piece + 1 < len(self._pieces):
+                    piece += 1
+                    chunk = await self._speak(piece)
+                    continue
                 chunk = None if chunk.final else await anext(self._events, None)
             tail = b"".join(await self._output.feed(_NO_AUDIO, final=True))
         except UtteranceError as err:
@@ -386,8 +406,8 @@ def _timestamps(stream: CartesiaStream, context_id: str) -> bytes | None:
     message = TimestampsMessage(
         word_timestamps=WordTimestamps(
             words=[w.text for w in words],
-            start=[w.start_s for w in words],
-            end=[w.end_s for w in words],
+            start=[stream.offset_s + w.start_s for w in words],
+            end=[stream.offset_s + w.end_s for w in words],
         ),
         done=False,
         status_code=206,
