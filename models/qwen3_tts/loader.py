@@ -112,12 +112,14 @@ def sampling_defaults(generation: Mapping[str, Any], options: Qwen3Options) -> S
     )
 
 
-def context_chars(kv_capacity: int, max_frames: int) -> int:
-    """Text one context can speak whole: English speech runs about 14 characters a
-    second, 0.9 frames a character at 12.5 frames/s, and its text about 0.25 tokens a
-    character, so a character takes about 1.1 KV positions and 0.9 frames; half of
-    that again leaves room for a slow voice, a low ``speed`` and the voice's prompt."""
-    return max(1, min(kv_capacity, max_frames) // 2)
+def context_chars(kv_capacity: int) -> int:
+    """Text one context can speak whole: its text and its audio share the context's
+    ``kv_capacity`` positions. English speech runs about 14 characters a second, 0.9
+    frames a character at 12.5 frames/s, and its text about 0.25 tokens a character, so
+    a character takes about 1.1 positions; half a position a character leaves room for a
+    slow voice, a low ``speed`` and the voice's prompt. (``max_frames`` stays what it
+    is, a cap on one context's audio; it does not shrink the pieces.)"""
+    return max(1, kv_capacity // 2)
 
 
 def kv_blocks(
@@ -227,7 +229,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         streaming_text=options.streaming_text,
         supports_instructions=cfg.supports_instructions,
         max_frames_per_context=options.max_frames,
-        max_context_chars=context_chars(options.kv_capacity, options.max_frames),
+        max_context_chars=context_chars(options.kv_capacity),
         request_fields=request_fields(options.max_frames, sampling),
     )
     settings = ARSettings(

@@ -189,7 +189,7 @@ def test_items_past_the_audio_bound_fail_alone_and_the_answer_streams(
         assert out["total"] == items and out["succeeded"] + out["failed"] == items
         good = [r for r in out["results"] if r["status"] == "success"]
         bad = [r for r in out["results"] if r["status"] == "error"]
-        assert good and bad, [r["status"] for r in out["results"]]
+        assert good and bad, [(r["status"], r.get("code"), r.get("error")) for r in out["results"]]
         made = sum(len(base64.b64decode(r["audio_data"])) for r in good)
         assert made <= AUDIO_CAP + 44 * len(good)  # 16-bit samples, plus each WAV header
         for result in bad:

@@ -1,7 +1,7 @@
 """A whole text longer than one context of the model can speak is spoken whole, as
 several contexts one after another, never a 200 with no audio. Qwen3-TTS (tiny random
-weights) holds a context's text and audio in one KV cache: here 96 positions and at
-most 24 frames a context, so one context speaks 12 characters whole."""
+weights) holds a context's text and audio in one KV cache: here 96 positions (and at
+most 24 frames a context), so one context speaks 48 characters whole."""
 
 from __future__ import annotations
 
@@ -43,16 +43,16 @@ def test_text_is_cut_at_sentence_ends_then_clauses_then_spaces() -> None:
 
 def test_run_on_text_longer_than_a_context_is_spoken_whole(server: RunningServer) -> None:
     caps = server.runtime.model.capabilities
-    assert caps.max_context_chars == 12
+    assert caps.max_context_chars == 48
     voice = caps.voices[0].name
     body = {"input": TEXT, "voice": voice, "response_format": "pcm"}
     response = httpx.post(f"{server.http}/v1/audio/speech", json=body, timeout=300)
     assert response.status_code == 200
     audio = np.frombuffer(response.content, np.int16)
     # bench_ignore_eos: every context runs to its 24 frames, so the audio counts the
-    # contexts: one per piece of at most 12 characters ("word word" each).
-    pieces = text_pieces(TEXT, 12)
-    assert len(pieces) == 30 and all(len(p) <= 12 for p in pieces)
+    # contexts: one per piece of at most 48 characters (nine words each).
+    pieces = text_pieces(TEXT, 48)
+    assert len(pieces) == 7 and all(len(p) <= 48 for p in pieces)
     rate = caps.sample_rate * 24000 // caps.sample_rate  # pcm comes at 24 kHz
     frames = len(audio) / (rate / 12.5)
     assert frames == pytest.approx(len(pieces) * 24, abs=1)
@@ -76,4 +76,4 @@ def test_other_apis_speak_run_on_text_whole(server: RunningServer, api: str) -> 
     response = httpx.post(url, json=body, timeout=300)
     assert response.status_code == 200, response.text
     frames = len(np.frombuffer(response.content, np.int16)) / (24000 / 12.5)
-    assert frames == pytest.approx(len(text_pieces(TEXT, 12)) * 24, abs=1)
+    assert frames == pytest.approx(len(text_pieces(TEXT, 48)) * 24, abs=1)
