@@ -61,7 +61,12 @@ async def _drain(ws: websockets.ClientConnection) -> None:
         pass
 
 
-async def flood(url: str, kind: str, seconds: float, connect: dict[str, Any]) -> dict[str, Any]:
+async def flood(
+    url: str, kind: str, seconds: float, connect: dict[str, Any], until_refused: bool = False
+) -> dict[str, Any]:
+    """Flood for ``seconds`` (or until SIGTERM); with ``until_refused``, stop sooner once
+    the server has both closed a connection for its rate (1008) and refused a reconnect
+    at the door (429)."""
     stats: dict[str, Any] = {"sent": 0, "connections": 0, "refused": Counter(), "closed": Counter()}
     deadline = time.monotonic() + seconds
     stop = asyncio.Event()
@@ -71,6 +76,8 @@ async def flood(url: str, kind: str, seconds: float, connect: dict[str, Any]) ->
             ws = await websockets.connect(url, max_size=None, open_timeout=10, **connect)
         except websockets.InvalidStatus as exc:
             stats["refused"][str(exc.response.status_code)] += 1
+            if until_refused and stats["refused"]["429"] and stats["closed"]["1008"]:
+                break
             continue
         except (OSError, TimeoutError, websockets.InvalidHandshake):
             stats["refused"]["other"] += 1
@@ -102,13 +109,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--key", help="send this bearer key")
     parser.add_argument("--source", help="connect from this local address (e.g. 127.0.0.2)")
+    parser.add_argument(
+        "--until-refused",
+        action="store_true",
+        help="stop once closed for the rate (1008) and refused a reconnect (429)",
+    )
     args = parser.parse_args()
     connect: dict[str, Any] = {}
     if args.key:
         connect["additional_headers"] = {"authorization": f"Bearer {args.key}"}
     if args.source:
         connect["local_addr"] = (args.source, 0)
-    print(json.dumps(asyncio.run(flood(args.url, args.kind, args.seconds, connect))), flush=True)
+    stats = asyncio.run(flood(args.url, args.kind, args.seconds, connect, args.until_refused))
+    print(json.dumps(stats), flush=True)
 
 
 if __name__ == "__main__":
