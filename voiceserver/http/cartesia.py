@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from models.base import ModelInputError, SynthParams
 from protocol.compat_cartesia import (
@@ -56,12 +55,11 @@ from voiceserver.http.errors import ApiError, check_auth, from_engine_failure
 from voiceserver.http.guard import (
     ClientGone,
     RequestGuard,
-    SlowClient,
     cancel_on_disconnect,
     client_gone_response,
-    send_within,
 )
 from voiceserver.http.speech import (
+    SpeechResponse,
     read_json_object,
     request_id_of,
     runtime_of,
@@ -276,36 +274,6 @@ class CartesiaStream:
             self._output.close()
 
 
-class StreamResponse(StreamingResponse):
-    """A streamed body that frees its engine context however the response ends
-    (finished, failed, the client went away, or it stopped reading)."""
-
-    def __init__(
-        self,
-        stream: CartesiaStream,
-        content: AsyncIterator[bytes],
-        media_type: str,
-        headers: dict[str, str],
-        guard: RequestGuard,
-    ) -> None:
-        super().__init__(content, media_type=media_type, headers=headers)
-        self._stream = stream
-        self._guard = guard
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        deadline = self._stream.rt.server.limits.slow_reader_timeout_s
-        try:
-            await super().__call__(scope, receive, send_within(scope, send, deadline))
-        except SlowClient:
-            log.info("dropped a Cartesia HTTP client that read nothing for %g s", deadline)
-            self._stream.rt.metrics.error("http", str(ErrorCode.SLOW_READER))
-        except (ClientDisconnect, OSError):
-            pass  # the client left: an ordinary end
-        finally:
-            self._stream.close()
-            self._guard.release()
-
-
 def error_response(err: ApiError, request_id: str, rt: Runtime) -> JSONResponse:
     """Cartesia's error object with the status; the metrics count it as HTTP's."""
     code = str(err.code or f"http_{err.status}")
@@ -348,7 +316,7 @@ async def tts_bytes(request: Request) -> Response:
         return started
     stream, guard = started
     headers = {"x-request-id": request_id_of(request), "cache-control": "no-store"}
-    return StreamResponse(stream, stream.chunks(), stream.media_type, headers, guard)
+    return SpeechResponse(stream, stream.chunks(), stream.media_type, headers, guard)
 
 
 async def tts_sse(request: Request) -> Response:
@@ -359,7 +327,7 @@ async def tts_sse(request: Request) -> Response:
     stream, guard = started
     request_id = request_id_of(request)
     headers = {"x-request-id": request_id, "cache-control": "no-store", "x-accel-buffering": "no"}
-    return StreamResponse(
+    return SpeechResponse(
         stream, _sse_events(stream, request_id), "text/event-stream", headers, guard
     )
 

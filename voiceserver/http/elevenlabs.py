@@ -390,8 +390,8 @@ async def _respond(
     if timestamps:
         body = _lines(audio) if stream else _whole_json(audio)
         media_type = "application/x-ndjson" if stream else "application/json"
-        return SpeechResponse(audio, body, media_type, headers, guard)  # type: ignore[arg-type]
-    return SpeechResponse(audio, _bytes(audio), audio.media_type, headers, guard)  # type: ignore[arg-type]
+        return SpeechResponse(audio, body, media_type, headers, guard)
+    return SpeechResponse(audio, _bytes(audio), audio.media_type, headers, guard)
 
 
 async def text_to_speech(request: Request) -> Response:

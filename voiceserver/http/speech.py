@@ -19,7 +19,7 @@ import logging
 import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from starlette.requests import ClientDisconnect, Request
@@ -297,13 +297,25 @@ async def _sse_body(stream: SpeechStream) -> AsyncIterator[bytes]:
     yield sse_event({"type": "speech.audio.done", "usage": stream.usage()})
 
 
+class StreamedAudio(Protocol):
+    """What :class:`SpeechResponse` needs of a request's audio (OpenAI's, ElevenLabs'
+    and Cartesia's HTTP streams)."""
+
+    rt: Runtime
+    endpoint: str
+    """The metrics label."""
+
+    def close(self) -> None:
+        """Free the engine context and the encoder (idempotent)."""
+
+
 class SpeechResponse(StreamingResponse):
     """A streamed body that frees its engine context however the response ends
     (finished, failed, the client went away, or stopped reading)."""
 
     def __init__(
         self,
-        stream: SpeechStream,
+        stream: StreamedAudio,
         content: AsyncIterator[bytes],
         media_type: str,
         headers: Mapping[str, str],
