@@ -10,6 +10,8 @@ STAMP := $(VENV)/.installed
 REF_STAMP := .venv-ref/.voiceserver-ref-pins
 # The Chatterbox reference (chatterbox-tts==0.1.7), likewise apart.
 CBX_REF_STAMP := .venv-ref-chatterbox/.voiceserver-ref-pins
+# The Fish Speech reference (fish-speech==0.1.0), likewise apart.
+FISH_REF_STAMP := .venv-ref-fish/.voiceserver-ref-pins
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -25,7 +27,7 @@ JS_STAMP := $(JS_DIR)/node_modules/.voiceserver-installed
 serve: setup
 	$(VENV)/bin/voiceserver serve --host $(HOST) --port $(PORT)
 
-test: setup test-deps $(REF_STAMP) $(CBX_REF_STAMP) $(JS_STAMP)
+test: setup test-deps $(REF_STAMP) $(CBX_REF_STAMP) $(FISH_REF_STAMP) $(JS_STAMP)
 	cd $(JS_DIR) && npm run --silent check && npm test --silent
 	$(PY) -m pytest -q
 
@@ -64,6 +66,9 @@ $(REF_STAMP): tools/ref/make_venv.sh
 $(CBX_REF_STAMP): tools/ref/chatterbox/make_venv.sh
 	bash tools/ref/chatterbox/make_venv.sh
 
+$(FISH_REF_STAMP): tools/ref/fish_speech/make_venv.sh
+	bash tools/ref/fish_speech/make_venv.sh
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -72,4 +77,4 @@ bench: setup
 	$(PY) -m bench.loadgen --concurrency 1 4 16
 
 clean:
-	rm -rf $(VENV) .venv-ref .venv-ref-chatterbox $(JS_DIR)/node_modules
+	rm -rf $(VENV) .venv-ref .venv-ref-chatterbox .venv-ref-fish $(JS_DIR)/node_modules
