@@ -1,5 +1,10 @@
 """The Llama/Qwen2/Qwen3-style decoder: RMSNorm, rotary positions (NeoX layout),
-grouped-query attention with q/k RMSNorms, SwiGLU.
+grouped-query attention with q/k RMSNorms (or none: ``qk_norm=False``), SwiGLU.
+
+A checkpoint trained with interleaved (GPT-J) rotary positions loads by permuting
+each head's q/k rows (``interleaved_to_neox``). ``rope_round``: a model whose
+reference rounds its rotary tables (Fish Speech keeps them in bfloat16) gets the
+same rounding here in every dtype.
 
 Module and parameter names follow Hugging Face checkpoints' keys (``layers.N.self_attn.
 q_proj``, ``input_layernorm``, ``mlp.gate_proj`` ...), so a state dict loads with
@@ -77,8 +82,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
+def interleaved_to_neox(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Rows of a q/k projection [heads * D, ...] (or a q/k norm's weight [D]) trained
+    with interleaved rotary pairs (2i, 2i + 1), reordered per head into the NeoX
+    layout's pairs (i, i + D/2): the same attention scores, rotated the NeoX way."""
+    order = torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+    heads = weight.shape[0] // head_dim
+    index = (torch.arange(heads)[:, None] * head_dim + order).reshape(-1)
+    return weight[index]
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: TransformerConfig) -> None:
+    def __init__(self, cfg: TransformerConfig, qk_norm: bool = True) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
         self.num_heads = cfg.num_heads
@@ -88,14 +103,21 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
-        self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
     def project(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, H, T, D], k/v [B, KVH, T, D] with RoPE applied."""
         b, t, _ = x.shape
+        if not self.qk_norm:
+            q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+            k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+            v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+            return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
         if self.q_norm.fused and fused_available(x):
             q = self.q_proj(x).view(b, t, -1, self.head_dim)
             k = self.k_proj(x).view(b, t, -1, self.head_dim)
@@ -135,9 +157,9 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig) -> None:
+    def __init__(self, cfg: TransformerConfig, qk_norm: bool = True) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg)
+        self.self_attn = Attention(cfg, qk_norm)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -158,14 +180,50 @@ class DecoderLayer(nn.Module):
 class Stack(nn.Module):
     """Decoder layers + final norm (``model.*`` in the checkpoint)."""
 
-    def __init__(self, cfg: TransformerConfig) -> None:
+    def __init__(
+        self, cfg: TransformerConfig, qk_norm: bool = True, rope_round: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.cfg = cfg
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.rope_round = rope_round
+        self.layers = nn.ModuleList(DecoderLayer(cfg, qk_norm) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer(
             "inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False
         )
+
+    def rope(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [*positions.shape, D] for these positions (rounded through
+        ``rope_round`` first, where the reference rounds them)."""
+        if self.rope_round is None:
+            return rope_cos_sin(self.inv_freq, positions, dtype)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, self.rope_round)
+        return cos.to(dtype), sin.to(dtype)
+
+    def extend(
+        self, x: torch.Tensor, caches: list[tuple[torch.Tensor, torch.Tensor]], start: int
+    ) -> torch.Tensor:
+        """A short sequence's next positions without the paged cache (a per-frame
+        depth decoder): ``x`` [B, T, H] at positions ``start + t`` after the keys and
+        values ``caches`` holds per layer (empty at first; extended in place);
+        the final-norm hidden states [B, T, H]."""
+        b, t, _ = x.shape
+        positions = torch.arange(start, start + t, device=x.device)[None].expand(b, t)
+        cos, sin = self.rope(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            q, k, v = attn.project(layer.input_layernorm(x), cos, sin)
+            if len(caches) > i:
+                k = torch.cat((caches[i][0], k), dim=2)
+                v = torch.cat((caches[i][1], v), dim=2)
+                caches[i] = (k, v)
+            else:
+                caches.append((k, v))
+            x = x + attn.attend(q, k, v, None)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.norm(x)
 
     def prefill(
         self,
@@ -184,7 +242,7 @@ class Stack(nn.Module):
         groups = attn0.num_heads // attn0.num_kv_heads
         t = embeds.shape[1]
         layout = prefill_layout(cache, slots, starts, counts, t, groups, embeds.dtype)
-        rope = rope_cos_sin(self.inv_freq, upload(layout[0], embeds.device), embeds.dtype)
+        rope = self.rope(upload(layout[0], embeds.device), embeds.dtype)
         return self.norm(paged_prefill(self.layers, embeds, cache, layout, rope))
 
     def step(
@@ -200,6 +258,6 @@ class Stack(nn.Module):
         Nothing here reads a host value (``max_length``, the batch's longest length
         after the step, is only needed where attention gathers: off CUDA), so a
         CUDA graph can capture it."""
-        rope = rope_cos_sin(self.inv_freq, positions[:, None], embeds.dtype)
+        rope = self.rope(positions[:, None], embeds.dtype)
         x = paged_step(self.layers, embeds[:, None], cache, slots, positions, max_length, rope)
         return self.norm(x)[:, 0]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from models.blocks.llama import Stack, rope_cos_sin
+from models.blocks.llama import Stack
 from models.qwen3_tts.config import TalkerConfig
 
 
@@ -56,29 +56,10 @@ class CodePredictor(nn.Module):
         codes: list[torch.Tensor] = []
         position = 0
         for k, head in enumerate(self.lm_head):
-            hidden = self._forward(self.small_to_mtp_projection(x), caches, position)
+            hidden = self.model.extend(self.small_to_mtp_projection(x), caches, position)
             position += x.shape[1]
             ids = choose(k, head(hidden[:, -1]).float())
             codes.append(ids)
             if k + 1 < len(self.lm_head):
                 x = self.model.codec_embedding[k](ids)[:, None]
         return torch.stack(codes, dim=1)
-
-    def _forward(
-        self, x: torch.Tensor, caches: list[tuple[torch.Tensor, torch.Tensor]], start: int
-    ) -> torch.Tensor:
-        b, t, _ = x.shape
-        positions = torch.arange(start, start + t, device=x.device)[None].expand(b, t)
-        cos, sin = rope_cos_sin(self.model.inv_freq, positions, x.dtype)
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            q, k, v = attn.project(layer.input_layernorm(x), cos, sin)
-            if len(caches) > i:
-                k = torch.cat((caches[i][0], k), dim=2)
-                v = torch.cat((caches[i][1], v), dim=2)
-                caches[i] = (k, v)
-            else:
-                caches.append((k, v))
-            x = x + attn.attend(q, k, v, None)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.model.norm(x)

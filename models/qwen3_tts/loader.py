@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 from models.base import Capabilities, LoadedModel, parse_options
 from models.blocks.llama import RMSNorm
 from models.dtypes import DTYPES
-from models.paged_kv import PagedKVCache
+from models.kit.kv_pool import kv_blocks as pool_blocks
 from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json, weight_prefixes
 from models.qwen3_tts.config import (
     CheckpointError,
@@ -30,8 +29,6 @@ from models.qwen3_tts.text_tokenizer import load_text_tokenizer
 from models.qwen3_tts.vocoder import Qwen3Vocoder
 from models.qwen3_tts.voice_clone import VoiceCloner
 from models.qwen3_tts.voices import VoiceResolver
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -125,51 +122,21 @@ def context_chars(kv_capacity: int) -> int:
 def kv_blocks(
     options: Qwen3Options, stack: TransformerConfig, dtype: torch.dtype, device: torch.device
 ) -> int:
-    """KV blocks for ``max_contexts`` contexts: enough for each at full ``kv_capacity``,
-    or on a GPU as many as ``kv_memory_fraction`` of the free memory holds (measured
-    now, after the weights), whichever is fewer. Contexts take blocks as they grow."""
-    if options.max_contexts < 1:
-        raise ValueError(f"model.max_contexts must be at least 1, got {options.max_contexts}")
+    """The talker's KV blocks (``models.kit.kv_pool``), its options checked first."""
     if options.word_lag_frames < 0 or not options.word_frames_per_token > 0:
         raise ValueError(
             "model.word_lag_frames must be 0 or more and model.word_frames_per_token above 0, "
             f"got {options.word_lag_frames} and {options.word_frames_per_token}"
         )
-    if options.kv_block_size not in (16, 32, 64, 128):
-        raise ValueError(
-            f"model.kv_block_size must be 16, 32, 64 or 128, got {options.kv_block_size}"
-        )
-    full = options.max_contexts * -(-options.kv_capacity // options.kv_block_size)
-    if device.type != "cuda":
-        return full
-    if not 0 < options.kv_memory_fraction <= 0.95:
-        raise ValueError(
-            "model.kv_memory_fraction must be above 0 and at most 0.95, "
-            f"got {options.kv_memory_fraction}"
-        )
-    torch.cuda.empty_cache()
-    free, _ = torch.cuda.mem_get_info(device)
-    per_block = PagedKVCache.bytes_per_block(
-        stack.num_layers, options.kv_block_size, stack.num_kv_heads, stack.head_dim, dtype
+    return pool_blocks(
+        options.max_contexts,
+        options.kv_capacity,
+        options.kv_block_size,
+        options.kv_memory_fraction,
+        stack,
+        dtype,
+        device,
     )
-    fits = int(free * options.kv_memory_fraction) // per_block
-    if fits < -(-options.kv_capacity // options.kv_block_size):
-        raise ValueError(
-            f"a KV block of {options.kv_block_size} positions needs {per_block / 2**20:.1f} MiB "
-            f"and {options.kv_memory_fraction:g} of the {free / 2**30:.1f} GiB free does not "
-            "hold one full context: lower model.kv_capacity or raise model.kv_memory_fraction"
-        )
-    if fits < full:
-        log.info(
-            "%d KV blocks (%d positions) in %.0f%% of the %.1f GiB free, shared by %d contexts "
-            "as they grow",
-            fits,
-            fits * options.kv_block_size,
-            100 * options.kv_memory_fraction,
-            free / 2**30,
-            options.max_contexts,
-        )
-    return min(full, fits)
 
 
 def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> LoadedModel:

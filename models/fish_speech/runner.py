@@ -1,0 +1,347 @@
+"""Fish Speech S2 Pro behind the ModelRunner contract.
+
+A frame is one slow-transformer position: a semantic token and the codes of its
+codebooks (~21.5 a second). Each unit of text a context is fed (a sentence or clause,
+cut by the server's segmenter) is one turn of the model's conversation: a user
+message, then the assistant's speech, generated until ``<|im_end|>`` or the turn's
+cap. A context's first turn carries the system message (and a cloned voice's
+reference); later ones continue its keys/values (``models.fish_speech.prompt``).
+
+What each slot is doing lives in arrays indexed by slot: a step decides over whole
+batches with numpy; Python touches a context only when something happens to it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    CLONE_VOICE,
+    Capabilities,
+    ClonedVoice,
+    ModelInputError,
+    Prepared,
+    StepResult,
+    SynthParams,
+)
+from models.fields import (
+    MAX_NEW_TOKENS,
+    REF_AUDIO,
+    REF_AUDIO_SAMPLE_RATE,
+    REF_TEXT,
+    SEED,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+)
+from models.fish_speech.prompt import Prompts, check_text
+from models.fish_speech.sampling import FishSampling
+from models.fish_speech.slots import FishSlots, Turn
+from models.kit.runner import SlotRunner
+from models.random_draws import key_of
+from models.reference_audio import load_reference_audio
+
+DEFAULT_VOICE = "default"
+MAX_TURN_FRAMES = 1024
+"""Frames one turn may make (the reference server's max_new_tokens; ~48 s)."""
+
+REQUEST_FIELDS = (
+    TEMPERATURE,
+    replace(TOP_K, doc="0 keeps every code"),
+    TOP_P,
+    SEED,
+    replace(MAX_NEW_TOKENS, doc="cap per text unit (~21.5 frames a second)"),
+    replace(REF_AUDIO, doc="audio of a voice to clone (with ref_text)"),
+    REF_AUDIO_SAMPLE_RATE,
+    replace(REF_TEXT, doc="the reference audio's transcript (cloning needs it)"),
+)
+
+
+@dataclass(frozen=True)
+class FishVoice:
+    """A cloned voice: its transcript and its frames [T, num_codebooks]."""
+
+    text: str
+    codes: np.ndarray
+
+
+@dataclass
+class FishPrepared(Prepared):
+    system: tuple[np.ndarray, np.ndarray] | None = None
+    """The system message's ids [T] and codes [T, num_codebooks]."""
+    sampling: FishSampling = FishSampling()
+    key: int = 0
+    max_frames: int = MAX_TURN_FRAMES
+
+
+class FishRunner(SlotRunner):
+    frame_dtype = np.int64
+    max_frames_per_step = 1
+    encodes_inline = True
+
+    def __init__(
+        self,
+        slots: FishSlots,
+        prompts: Prompts,
+        capabilities: Capabilities,
+        capacity: int,
+        sampling: FishSampling,
+        max_frames: int,
+        encoder: Any = None,
+        ref_audio_seconds: tuple[float, float] = (1.0, 60.0),
+    ) -> None:
+        """``encoder``: the codec (``encode(wav [1, samples]) -> codes [1, N, T]`` at
+        ``sample_rate``) that clones voices; None: no cloning."""
+        n = slots.cache.max_slots
+        super().__init__(n)
+        self.ar = slots
+        self.prompts = prompts
+        self.capabilities = capabilities
+        self.capacity = capacity
+        self.sampling = sampling
+        self.max_frames = max_frames
+        self.encoder = encoder
+        self.ref_audio_seconds = ref_audio_seconds
+        self.frame_dim = slots.slow.cfg.num_codebooks
+        self._fields = {f.name: f for f in capabilities.request_fields}
+        self.speaking = np.zeros(n, bool)
+        self.fresh = np.zeros(n, bool)
+        self.made = np.zeros(n, np.int64)
+        self.max_of = np.zeros(n, np.int64)
+        self.hit_limit = np.zeros(n, bool)
+        self.prepares_inline = encoder is None
+
+    # -- before the first step ---------------------------------------------------
+
+    def validate(self, params: SynthParams) -> None:
+        self._sampling(params)
+        self._voice(params)
+
+    def _voice(self, params: SynthParams, build: bool = False) -> FishVoice | None:
+        """A stored voice, one cloned from ``ref_audio`` (only when ``build``), or
+        None: the default voice (the system message without a reference)."""
+        extra = params.extra
+        stored = extra.get("voice_prompt")
+        if stored is not None:
+            if not isinstance(stored, FishVoice):
+                raise ModelInputError(
+                    "voice_prompt: must be a stored Fish Speech voice",
+                    param="voice_prompt",
+                    code="invalid_field",
+                )
+            return stored
+        if extra.get("ref_audio") is not None:
+            if self.encoder is None:
+                raise ModelInputError(
+                    "ref_audio: this model cannot clone voices",
+                    param="ref_audio",
+                    code="unsupported_value",
+                )
+            text = extra.get("ref_text")
+            if not isinstance(text, str) or not text.strip():
+                raise ModelInputError(
+                    "ref_text: cloning a voice needs the reference audio's transcript",
+                    param="ref_text",
+                    code="missing_field",
+                )
+            text = check_text(text.strip(), "ref_text")
+            if not build:
+                return None
+            return FishVoice(text, self._encode(extra["ref_audio"], extra))
+        if params.voice == CLONE_VOICE:
+            raise ModelInputError(
+                f"ref_audio: voice {CLONE_VOICE!r} needs reference audio (base64) and its "
+                "transcript (ref_text), or a stored voice's name",
+                param="ref_audio",
+                code="missing_field",
+            )
+        if params.voice != DEFAULT_VOICE:
+            raise ModelInputError(
+                f"voice: unknown voice {params.voice!r}; this model has {DEFAULT_VOICE!r} "
+                f"and {CLONE_VOICE!r} (with ref_audio and ref_text)",
+                param="voice",
+                code="unknown_voice",
+            )
+        return None
+
+    def _encode(self, audio: Any, extra: Mapping[str, Any]) -> np.ndarray:
+        low, high = self.ref_audio_seconds
+        rate = self.encoder.sample_rate
+        wav = load_reference_audio(audio, extra.get("ref_audio_sample_rate"), rate, low, high)
+        with torch.no_grad():
+            codes = self.encoder.encode(torch.as_tensor(np.asarray(wav, np.float32))[None])
+        return codes[0].T.cpu().numpy().astype(np.int64)
+
+    def clone_voice(self, ref_audio: bytes, options: Mapping[str, Any]) -> ClonedVoice:
+        """Reference audio and its transcript (``options["ref_text"]``) as arrays the
+        server stores: the transcript and the codec's frames (encoded once)."""
+        params = SynthParams(
+            voice=CLONE_VOICE, extra={"ref_audio": ref_audio, "ref_text": options.get("ref_text")}
+        )
+        voice = self._voice(params, build=True)
+        assert voice is not None
+        text = np.frombuffer(voice.text.encode("utf-8"), np.uint8)
+        return ClonedVoice({"codes": voice.codes, "text": text}, {"family": "fish_speech"})
+
+    def voice_settings(self, voice: ClonedVoice) -> tuple[str, dict[str, Any]]:
+        codes, text = voice.arrays.get("codes"), voice.arrays.get("text")
+        n = self.frame_dim
+        ok = (
+            isinstance(codes, np.ndarray)
+            and isinstance(text, np.ndarray)
+            and np.issubdtype(codes.dtype, np.integer)
+            and codes.ndim == 2
+            and codes.shape[1] == n
+            and len(codes) > 0
+            and text.dtype == np.uint8
+        )
+        if ok:
+            assert isinstance(codes, np.ndarray) and isinstance(text, np.ndarray)
+            ok = bool(codes.min() >= 0 and codes.max() < self.ar.slow.cfg.codebook_size)
+        if not ok:
+            raise ModelInputError(
+                "voice: not a Fish Speech voice (its codes do not fit this model)",
+                param="voice",
+                code="unsupported_value",
+            )
+        assert isinstance(codes, np.ndarray) and isinstance(text, np.ndarray)
+        stored = FishVoice(bytes(text).decode("utf-8"), codes.astype(np.int64))
+        return CLONE_VOICE, {"voice_prompt": stored}
+
+    def prepare(self, params: SynthParams) -> FishPrepared:
+        sampling, seed, cap = self._sampling(params)
+        voice = self._voice(params, build=True)
+        system = self.prompts.system(voice.text if voice else None, voice.codes if voice else None)
+        if len(system[0]) + 8 > self.capacity:
+            raise ModelInputError(
+                f"ref_audio: the reference ({len(system[0])} positions with its transcript) "
+                f"leaves no room in a context of {self.capacity}; use a shorter one",
+                param="ref_audio",
+                code="invalid_field",
+            )
+        key = key_of(seed if seed is not None else random.getrandbits(64))
+        ids, codes = system
+        return FishPrepared(
+            system=(np.asarray(ids, np.int64), codes), sampling=sampling, key=key, max_frames=cap
+        )
+
+    def _sampling(self, params: SynthParams) -> tuple[FishSampling, int | None, int]:
+        extra = params.extra
+        value = {
+            k: self._fields[k].check(extra[k]) for k in self._fields if extra.get(k) is not None
+        }
+        out = self.sampling
+        for name in ("temperature", "top_k", "top_p"):
+            if name in value:
+                out = replace(out, **{name: value[name]})
+        return (
+            out,
+            value.get("seed"),
+            min(value.get("max_new_tokens", self.max_frames), self.max_frames),
+        )
+
+    def encode_text(self, text: str) -> list[np.ndarray]:
+        """One turn per text unit; nothing for blank text."""
+        if not text.strip():
+            return []
+        return [self.prompts.turn(check_text(text.strip(), "input"))]
+
+    # -- the slot runner's hooks ----------------------------------------------------
+
+    def on_free(self, slots: np.ndarray) -> None:
+        self.speaking[slots] = False
+        for slot in slots.tolist():
+            self.ar.release(slot)
+
+    def on_admit(self, slots: np.ndarray, prepared: list[Prepared]) -> None:
+        assert all(isinstance(p, FishPrepared) for p in prepared)
+        self.fresh[slots], self.speaking[slots], self.hit_limit[slots] = True, False, False
+        self.made[slots] = 0
+        self.max_of[slots] = [p.max_frames for p in prepared]  # type: ignore[attr-defined]
+
+    @torch.no_grad()
+    def run_step(self, rows: np.ndarray) -> StepResult:
+        live = self.active[rows]
+        going = rows[live & self.speaking[rows]]
+        candidates = rows[live & ~self.speaking[rows] & (self.queued[rows] > 0)]
+        turns = []
+        for slot in candidates.tolist():  # a context starting a turn: an event
+            turn = self._turn(slot, self.take_unit(slot))
+            if turn is not None:
+                turns.append(turn)
+        first = np.asarray([t.slot for t in turns], np.int64)
+        parts = []
+        if turns:
+            parts.append(self.ar.start(turns))
+            self.speaking[first], self.fresh[first], self.made[first] = True, False, 0
+        if len(going):
+            parts.append(self.ar.advance(going.tolist()))
+        # The step's one device-to-host copy: every new frame.
+        made = (
+            torch.cat(parts).cpu().numpy()
+            if parts
+            else np.zeros((0, self.ar.frame_width), np.int64)
+        )
+        return self._result(rows, np.concatenate((first, going)), made)
+
+    def _turn(self, slot: int, ids: np.ndarray) -> Turn | None:
+        """The slot's next turn, or None when its prompt leaves no room (the context
+        reports the limit when it ends)."""
+        p = self.prepared[slot]
+        assert isinstance(p, FishPrepared) and p.system is not None
+        n = self.frame_dim
+        if self.fresh[slot]:
+            tokens = np.concatenate((p.system[0], ids))
+            codes = np.concatenate((p.system[1], np.zeros((len(ids), n), np.int64)))
+            start = 0
+        else:
+            tokens = np.concatenate((np.asarray(self.prompts.close, np.int64), ids))
+            codes = np.zeros((len(tokens), n), np.int64)
+            start = int(self.ar.position[slot])
+        if start + len(tokens) + 2 > self.capacity:
+            self.hit_limit[slot] = True
+            return None
+        return Turn(slot, tokens, codes, p.sampling, bool(self.fresh[slot]), p.key)
+
+    def _result(self, rows: np.ndarray, stepped: np.ndarray, made: np.ndarray) -> StepResult:
+        """The step's result over arrays: ``stepped`` slots made the frames ``made``
+        (token, then codes)."""
+        semantic = self.ar.semantic
+        keep = np.zeros(len(stepped), bool)
+        ended = np.zeros(len(stepped), bool)
+        if len(stepped):
+            tokens = made[:, 0]
+            self.made[stepped] += 1
+            ended = tokens == semantic
+            full = self.ar.position[stepped] + 1 >= self.capacity
+            capped = ~ended & ((self.made[stepped] >= self.max_of[stepped]) | full)
+            self.hit_limit[stepped] |= capped
+            ended |= capped
+            self.speaking[stepped[ended]] = False
+            keep = tokens < semantic
+        at = np.full(len(self.active), -1, np.int64)
+        at[stepped] = np.arange(len(stepped))
+        where = at[rows]
+        has = where >= 0
+        counts = np.zeros(len(rows), np.int64)
+        unit_end = np.zeros(len(rows), bool)
+        counts[has] = keep[where[has]]
+        unit_end[has] = ended[where[has]]
+        live = self.active[rows]
+        idle = ~self.speaking[rows] & (self.queued[rows] == 0)
+        done = live & idle & self.closed[rows]
+        frames = made[where[has]][keep[where[has]], 1:] if len(stepped) else made[:, 1:]
+        return StepResult(
+            counts,
+            frames,
+            unit_end,
+            ~live | done,
+            done & self.hit_limit[rows],
+            live & ~done & idle,
+        )
