@@ -57,6 +57,12 @@ FAMILIES: dict[str, Family] = {
         check="models.chatterbox.checkpoint:check_weights",
         sizing="models.chatterbox.sizing",
     ),
+    "fish_speech": Family(
+        "models.fish_speech.loader:load",
+        recognize="models.fish_speech.recognize",
+        check="models.fish_speech.checkpoint:check_weights",
+        sizing="models.fish_speech.sizing",
+    ),
 }
 RECOGNITION_ORDER = ("qwen3_tts", "chatterbox", "piper")
 """Families asked in turn: the most specific evidence first (a config.json's model_type,

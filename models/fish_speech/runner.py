@@ -98,7 +98,7 @@ class FishRunner(SlotRunner):
     ) -> None:
         """``encoder``: the codec (``encode(wav [1, samples]) -> codes [1, N, T]`` at
         ``sample_rate``) that clones voices; None: no cloning."""
-        n = slots.cache.max_slots
+        n = len(slots.position) - 1
         super().__init__(n)
         self.ar = slots
         self.prompts = prompts
