@@ -64,7 +64,7 @@ FAMILIES: dict[str, Family] = {
         sizing="models.fish_speech.sizing",
     ),
 }
-RECOGNITION_ORDER = ("qwen3_tts", "chatterbox", "piper")
+RECOGNITION_ORDER = ("qwen3_tts", "fish_speech", "chatterbox", "piper")
 """Families asked in turn: the most specific evidence first (a config.json's model_type,
 then a file name, then any .onnx voice)."""
 
