@@ -131,7 +131,10 @@ def load_dual_ar(
 
 
 def check_weights(directory: Path) -> list[WeightReport]:
-    """The strict check of the dual AR's files against the config, from headers."""
+    """The strict check of the dual AR's files against the config (from headers) and of
+    ``codec.pth`` against the codec its tensors describe (memory-mapped, not read)."""
+    from models.blocks.dac import DAC, checkpoint_shapes, config_from_shapes
+    from models.fish_speech.codec import CODEC_FILE, read_codec_state
     from models.fish_speech.config import load_config
 
     directory = Path(directory)
@@ -140,4 +143,8 @@ def check_weights(directory: Path) -> list[WeightReport]:
     found = header_shapes(read_headers(files))
     if not any(k.startswith((SLOW, FAST)) for k in found):
         raise CheckpointError("no text_model.* / audio_decoder.* tensors", directory)
-    return [compare(expected_keys(cfg), found, "dual AR", file=", ".join(f.name for f in files))]
+    ar = compare(expected_keys(cfg), found, "dual AR", file=", ".join(f.name for f in files))
+    codec = {k: tuple(v.shape) for k, v in read_codec_state(directory).items()}
+    with torch.device("meta"):
+        expected = checkpoint_shapes(DAC(config_from_shapes(codec, CODEC_FILE)))
+    return [ar, compare(expected, codec, "codec", file=CODEC_FILE)]

