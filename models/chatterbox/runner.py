@@ -7,9 +7,8 @@ token or the utterance cap, then closed with the three silence tokens the
 reference appends before decoding. A context's first utterance runs the voice
 prefix (speaker + prompt tokens); later ones reuse its keys/values.
 
-What each slot is doing lives in arrays indexed by slot (``_Slots``): a step
-decides and updates over whole batches with numpy; Python touches a context only
-when something happens to it (it is admitted, fed, or starts an utterance).
+The turn loop (take a unit, start it, advance, end at the stop token or a cap) is
+the kit's (``models.kit.turns``); this module says how T3 starts, steps and ends.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from models.base import (
     ClonedVoice,
     ModelInputError,
     Prepared,
-    StepResult,
     SynthParams,
 )
 from models.chatterbox.clone import VoiceCloner
@@ -49,7 +47,7 @@ from models.fields import (
     TOP_K,
     TOP_P,
 )
-from models.kit.runner import SlotRunner
+from models.kit.turns import TurnRunner
 from models.random_draws import key_of
 from models.reference_audio import load_reference_audio
 
@@ -112,7 +110,7 @@ class ChatterboxPrepared(Prepared):
     max_tokens: int = MAX_UTTERANCE_TOKENS
 
 
-class ChatterboxRunner(SlotRunner):
+class ChatterboxRunner(TurnRunner):
     frame_dtype = np.int64
     frame_dim = 1
     max_frames_per_step = 1 + len(TAIL)
@@ -133,7 +131,7 @@ class ChatterboxRunner(SlotRunner):
         ref_audio_seconds: tuple[float, float] = (5.0, 60.0),
         cuda_graphs: bool = True,
     ) -> None:
-        super().__init__(slots)
+        super().__init__(slots, capacity)
         self.model = model
         self.tokenizer = tokenizer
         self.voices = dict(voices)
@@ -141,17 +139,8 @@ class ChatterboxRunner(SlotRunner):
         self.sampling = sampling
         self.max_tokens = max_tokens
         self.t3 = T3Slots(model, slots, capacity, ignore_stop, cuda_graphs)
-        self.capacity = capacity
-        # What each slot's context is doing, beside the runner's active/queued/closed.
-        self.speaking = np.zeros(slots, bool)
-        self.fresh = np.zeros(slots, bool)
-        """No utterance has run yet: the next one carries the voice prefix."""
         self.last = np.zeros(slots, np.int64)
         """The last token (what the next step feeds)."""
-        self.made = np.zeros(slots, np.int64)
-        """Tokens of the current utterance."""
-        self.max_tokens_of = np.zeros(slots, np.int64)
-        self.hit_limit = np.zeros(slots, bool)
         self._stop, self._start = model.cfg.stop_speech, model.cfg.start_speech
         self._fields = {f.name: f for f in capabilities.request_fields}
         self.cloner = cloner
@@ -278,41 +267,45 @@ class ChatterboxRunner(SlotRunner):
             return []
         return [np.asarray(self.tokenizer.encode(normalize(text)), np.int64)]
 
-    # -- stepping ----------------------------------------------------------------
+    # -- the turn runner's hooks ----------------------------------------------------
 
-    # -- the slot runner's hooks ------------------------------------------------------
-
-    def on_free(self, slots: np.ndarray) -> None:
-        self.speaking[slots] = False
-        for slot in slots.tolist():
-            self.t3.release(slot)
+    def turn_limit(self, prepared: Prepared) -> int:
+        assert isinstance(prepared, ChatterboxPrepared)
+        return prepared.max_tokens
 
     def on_admit(self, slots: np.ndarray, prepared: list[Prepared]) -> None:
-        assert all(isinstance(p, ChatterboxPrepared) for p in prepared)
-        self.fresh[slots], self.speaking[slots], self.hit_limit[slots] = True, False, False
-        self.last[slots] = self.made[slots] = 0
-        self.max_tokens_of[slots] = [p.max_tokens for p in prepared]  # type: ignore[attr-defined]
+        super().on_admit(slots, prepared)
+        self.last[slots] = 0
 
-    @torch.no_grad()
-    def run_step(self, rows: np.ndarray) -> StepResult:
-        live = self.active[rows]
-        going = rows[live & self.speaking[rows]]
-        candidates = rows[live & ~self.speaking[rows] & (self.queued[rows] > 0)]
-        starting: list[tuple[int, np.ndarray]] = []
-        for slot in candidates.tolist():  # a context starting an utterance: an event
-            ids = self.take_unit(slot)
-            if self._fits(slot, ids):
-                starting.append((slot, ids))
-        parts = []
-        first = np.asarray([slot for slot, _ in starting], np.int64)
-        if starting:
-            parts.append(self.t3.start([self._utterance(slot, ids) for slot, ids in starting]))
-            self.speaking[first], self.fresh[first], self.made[first] = True, False, 0
-        if len(going):
-            parts.append(self.t3.advance(going.tolist(), self.last[going]))
-        # The step's one device-to-host copy: every new token.
-        tokens = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, np.int64)
-        return self._result(rows, np.concatenate((first, going)), tokens, len(first))
+    def start_turns(self, units: list[tuple[int, np.ndarray]]) -> tuple[list[int], torch.Tensor]:
+        started = [(slot, ids) for slot, ids in units if self._fits(slot, ids)]
+        first = self.t3.start([self._utterance(slot, ids) for slot, ids in started])
+        return [slot for slot, _ in started], first[:, None]
+
+    def advance(self, slots: np.ndarray) -> torch.Tensor:
+        return self.t3.advance(slots.tolist(), self.last[slots])[:, None]
+
+    def ends(self, slots: np.ndarray, made: np.ndarray, started: int) -> np.ndarray:
+        tokens = made[:, 0]
+        self.last[slots] = tokens
+        # The reference never checks an utterance's first token for the stop id.
+        return (tokens == self._stop) & (np.arange(len(slots)) >= started)
+
+    def emit(
+        self, slots: np.ndarray, made: np.ndarray, ended: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        frames = np.empty((len(slots), 1 + len(TAIL), 1), np.int64)
+        frames[:, 0, 0], frames[:, 1:, 0] = made[:, 0], TAIL
+        keep = np.zeros(frames.shape[:2], bool)
+        keep[:, 0] = made[:, 0] < self._start
+        keep[:, 1:] = ended[:, None]
+        return frames, keep
+
+    def positions(self, slots: np.ndarray) -> np.ndarray:
+        return self.t3.position[slots]
+
+    def release(self, slot: int) -> None:
+        self.t3.release(slot)
 
     def _fits(self, slot: int, ids: np.ndarray) -> bool:
         """Whether an utterance's prompt leaves room for a token in the slot; one that
@@ -337,44 +330,3 @@ class ChatterboxRunner(SlotRunner):
                 torch.as_tensor(p.voice.prompt, dtype=torch.long, device=dev),
             )
         return Utterance(slot, prefix, ids, p.sampling, p.key)
-
-    def _result(
-        self, rows: np.ndarray, stepped: np.ndarray, tokens: np.ndarray, started: int
-    ) -> StepResult:
-        """The step's result over arrays: ``stepped`` slots made ``tokens`` (the first
-        ``started`` of them began an utterance with it)."""
-        made = np.zeros((len(stepped), 1 + len(TAIL)), np.int64)
-        keep = np.zeros(made.shape, bool)
-        if len(stepped):
-            self.last[stepped] = tokens
-            self.made[stepped] += 1
-            # The reference never checks an utterance's first token for the stop id.
-            ended = (tokens == self._stop) & (np.arange(len(stepped)) >= started)
-            full = self.t3.position[stepped] + 1 >= self.capacity
-            capped = ~ended & ((self.made[stepped] >= self.max_tokens_of[stepped]) | full)
-            self.hit_limit[stepped] |= capped  # reported when the context ends
-            ended |= capped
-            self.speaking[stepped[ended]] = False
-            made[:, 0], made[:, 1:] = tokens, TAIL
-            keep[:, 0] = tokens < self._start
-            keep[:, 1:] = ended[:, None]
-        at = np.full(len(self.active), -1, np.int64)
-        at[stepped] = np.arange(len(stepped))
-        where = at[rows]
-        counts = np.zeros(len(rows), np.int64)
-        unit_end = np.zeros(len(rows), bool)
-        has = where >= 0
-        counts[has] = keep[where[has]].sum(axis=1)
-        unit_end[has] = keep[where[has], 1]
-        live = self.active[rows]
-        idle = ~self.speaking[rows] & (self.queued[rows] == 0)
-        done = live & idle & self.closed[rows]
-        finished = ~live | done
-        return StepResult(
-            counts,
-            made[where[has]][keep[where[has]]].reshape(-1, 1),
-            unit_end,
-            finished,
-            done & self.hit_limit[rows],
-            live & ~done & idle,
-        )

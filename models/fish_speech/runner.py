@@ -2,13 +2,11 @@
 
 A frame is one slow-transformer position: a semantic token and the codes of its
 codebooks (~21.5 a second). Each unit of text a context is fed (a sentence or clause,
-cut by the server's segmenter) is one turn of the model's conversation: a user
-message, then the assistant's speech, generated until ``<|im_end|>`` or the turn's
-cap. A context's first turn carries the system message (and a cloned voice's
-reference); later ones continue its keys/values (``models.fish_speech.prompt``).
-
-What each slot is doing lives in arrays indexed by slot: a step decides over whole
-batches with numpy; Python touches a context only when something happens to it.
+cut by the server's segmenter) is one turn of the model's conversation
+(``models.kit.turns``): a user message, then the assistant's speech, generated until
+``<|im_end|>`` or the turn's cap. A context's first turn carries the system message
+(and a cloned voice's reference); later ones continue its keys/values
+(``models.fish_speech.prompt``).
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from models.base import (
     ClonedVoice,
     ModelInputError,
     Prepared,
-    StepResult,
     SynthParams,
 )
 from models.fields import (
@@ -43,7 +40,7 @@ from models.fields import (
 from models.fish_speech.prompt import Prompts, check_text
 from models.fish_speech.sampling import FishSampling
 from models.fish_speech.slots import FishSlots, Turn
-from models.kit.runner import SlotRunner
+from models.kit.turns import TurnRunner
 from models.random_draws import key_of
 from models.reference_audio import load_reference_audio
 
@@ -80,7 +77,7 @@ class FishPrepared(Prepared):
     max_frames: int = MAX_TURN_FRAMES
 
 
-class FishRunner(SlotRunner):
+class FishRunner(TurnRunner):
     frame_dtype = np.int64
     max_frames_per_step = 1
     encodes_inline = True
@@ -98,23 +95,16 @@ class FishRunner(SlotRunner):
     ) -> None:
         """``encoder``: the codec (``encode(wav [1, samples]) -> codes [1, N, T]`` at
         ``sample_rate``) that clones voices; None: no cloning."""
-        n = len(slots.position) - 1
-        super().__init__(n)
+        super().__init__(len(slots.position) - 1, capacity)
         self.ar = slots
         self.prompts = prompts
         self.capabilities = capabilities
-        self.capacity = capacity
         self.sampling = sampling
         self.max_frames = max_frames
         self.encoder = encoder
         self.ref_audio_seconds = ref_audio_seconds
         self.frame_dim = slots.slow.cfg.num_codebooks
         self._fields = {f.name: f for f in capabilities.request_fields}
-        self.speaking = np.zeros(n, bool)
-        self.fresh = np.zeros(n, bool)
-        self.made = np.zeros(n, np.int64)
-        self.max_of = np.zeros(n, np.int64)
-        self.hit_limit = np.zeros(n, bool)
         self.prepares_inline = encoder is None
 
     # -- before the first step ---------------------------------------------------
@@ -252,43 +242,28 @@ class FishRunner(SlotRunner):
             return []
         return [self.prompts.turn(check_text(text.strip(), "input"))]
 
-    # -- the slot runner's hooks ----------------------------------------------------
+    # -- the turn runner's hooks ----------------------------------------------------
 
-    def on_free(self, slots: np.ndarray) -> None:
-        self.speaking[slots] = False
-        for slot in slots.tolist():
-            self.ar.release(slot)
+    def start_turns(self, units: list[tuple[int, np.ndarray]]) -> tuple[list[int], torch.Tensor]:
+        turns = [t for t in (self._turn(slot, ids) for slot, ids in units) if t is not None]
+        return [t.slot for t in turns], self.ar.start(turns)
 
-    def on_admit(self, slots: np.ndarray, prepared: list[Prepared]) -> None:
-        assert all(isinstance(p, FishPrepared) for p in prepared)
-        self.fresh[slots], self.speaking[slots], self.hit_limit[slots] = True, False, False
-        self.made[slots] = 0
-        self.max_of[slots] = [p.max_frames for p in prepared]  # type: ignore[attr-defined]
+    def advance(self, slots: np.ndarray) -> torch.Tensor:
+        return self.ar.advance(slots.tolist())
 
-    @torch.no_grad()
-    def run_step(self, rows: np.ndarray) -> StepResult:
-        live = self.active[rows]
-        going = rows[live & self.speaking[rows]]
-        candidates = rows[live & ~self.speaking[rows] & (self.queued[rows] > 0)]
-        turns = []
-        for slot in candidates.tolist():  # a context starting a turn: an event
-            turn = self._turn(slot, self.take_unit(slot))
-            if turn is not None:
-                turns.append(turn)
-        first = np.asarray([t.slot for t in turns], np.int64)
-        parts = []
-        if turns:
-            parts.append(self.ar.start(turns))
-            self.speaking[first], self.fresh[first], self.made[first] = True, False, 0
-        if len(going):
-            parts.append(self.ar.advance(going.tolist()))
-        # The step's one device-to-host copy: every new frame.
-        made = (
-            torch.cat(parts).cpu().numpy()
-            if parts
-            else np.zeros((0, self.ar.frame_width), np.int64)
-        )
-        return self._result(rows, np.concatenate((first, going)), made)
+    def ends(self, slots: np.ndarray, made: np.ndarray, started: int) -> np.ndarray:
+        return made[:, 0] == self.ar.semantic
+
+    def emit(
+        self, slots: np.ndarray, made: np.ndarray, ended: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return made[:, None, 1:], (made[:, 0] < self.ar.semantic)[:, None]
+
+    def positions(self, slots: np.ndarray) -> np.ndarray:
+        return self.ar.position[slots]
+
+    def release(self, slot: int) -> None:
+        self.ar.release(slot)
 
     def _turn(self, slot: int, ids: np.ndarray) -> Turn | None:
         """The slot's next turn, or None when its prompt leaves no room (the context
@@ -308,40 +283,3 @@ class FishRunner(SlotRunner):
             self.hit_limit[slot] = True
             return None
         return Turn(slot, tokens, codes, p.sampling, bool(self.fresh[slot]), p.key)
-
-    def _result(self, rows: np.ndarray, stepped: np.ndarray, made: np.ndarray) -> StepResult:
-        """The step's result over arrays: ``stepped`` slots made the frames ``made``
-        (token, then codes)."""
-        semantic = self.ar.semantic
-        keep = np.zeros(len(stepped), bool)
-        ended = np.zeros(len(stepped), bool)
-        if len(stepped):
-            tokens = made[:, 0]
-            self.made[stepped] += 1
-            ended = tokens == semantic
-            full = self.ar.position[stepped] + 1 >= self.capacity
-            capped = ~ended & ((self.made[stepped] >= self.max_of[stepped]) | full)
-            self.hit_limit[stepped] |= capped
-            ended |= capped
-            self.speaking[stepped[ended]] = False
-            keep = tokens < semantic
-        at = np.full(len(self.active), -1, np.int64)
-        at[stepped] = np.arange(len(stepped))
-        where = at[rows]
-        has = where >= 0
-        counts = np.zeros(len(rows), np.int64)
-        unit_end = np.zeros(len(rows), bool)
-        counts[has] = keep[where[has]]
-        unit_end[has] = ended[where[has]]
-        live = self.active[rows]
-        idle = ~self.speaking[rows] & (self.queued[rows] == 0)
-        done = live & idle & self.closed[rows]
-        frames = made[where[has]][keep[where[has]], 1:] if len(stepped) else made[:, 1:]
-        return StepResult(
-            counts,
-            frames,
-            unit_end,
-            ~live | done,
-            done & self.hit_limit[rows],
-            live & ~done & idle,
-        )
