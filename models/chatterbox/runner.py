@@ -47,6 +47,7 @@ from models.fields import (
     TOP_K,
     TOP_P,
 )
+from models.kit.requests import checked, overridden, voice_source
 from models.kit.turns import TurnRunner
 from models.random_draws import key_of
 from models.reference_audio import load_reference_audio
@@ -159,22 +160,10 @@ class ChatterboxRunner(TurnRunner):
         ``ref_audio`` (only when ``build``: decoding and encoding are slow), else the
         named one. None when a clone is due but not built."""
         extra = params.extra
-        stored = extra.get("voice_prompt")
+        stored, cloning = voice_source(extra, Voice, "Chatterbox", self.cloner is not None)
         if stored is not None:
-            if not isinstance(stored, Voice):
-                raise ModelInputError(
-                    "voice_prompt: must be a stored Chatterbox voice",
-                    param="voice_prompt",
-                    code="invalid_field",
-                )
             return stored
-        if extra.get("ref_audio") is not None:
-            if self.cloner is None:
-                raise ModelInputError(
-                    "ref_audio: this model cannot clone voices",
-                    param="ref_audio",
-                    code="unsupported_value",
-                )
+        if cloning:
             if not build:
                 return None
             low, high = self.ref_audio_seconds
@@ -249,14 +238,8 @@ class ChatterboxRunner(TurnRunner):
         )
 
     def _sampling(self, params: SynthParams) -> tuple[T3Sampling, int | None, int]:
-        extra = params.extra
-        value = {
-            k: self._fields[k].check(extra[k]) for k in self._fields if extra.get(k) is not None
-        }
-        out = self.sampling
-        for name in ("temperature", "top_k", "top_p", "repetition_penalty"):
-            if name in value:
-                out = replace(out, **{name: value[name]})
+        value = checked(self._fields, params.extra)
+        out = overridden(self.sampling, value)
         if out.temperature == 0:  # greedy: only the best token survives top-k
             out = replace(out, top_k=1)
         return out, value.get("seed"), value.get("max_new_tokens", self.max_tokens)

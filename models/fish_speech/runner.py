@@ -40,6 +40,7 @@ from models.fields import (
 from models.fish_speech.prompt import Prompts, check_text
 from models.fish_speech.sampling import FishSampling
 from models.fish_speech.slots import FishSlots, Turn
+from models.kit.requests import checked, overridden, voice_source
 from models.kit.turns import TurnRunner
 from models.random_draws import key_of
 from models.reference_audio import load_reference_audio
@@ -117,22 +118,10 @@ class FishRunner(TurnRunner):
         """A stored voice, one cloned from ``ref_audio`` (only when ``build``), or
         None: the default voice (the system message without a reference)."""
         extra = params.extra
-        stored = extra.get("voice_prompt")
+        stored, cloning = voice_source(extra, FishVoice, "Fish Speech", self.encoder is not None)
         if stored is not None:
-            if not isinstance(stored, FishVoice):
-                raise ModelInputError(
-                    "voice_prompt: must be a stored Fish Speech voice",
-                    param="voice_prompt",
-                    code="invalid_field",
-                )
             return stored
-        if extra.get("ref_audio") is not None:
-            if self.encoder is None:
-                raise ModelInputError(
-                    "ref_audio: this model cannot clone voices",
-                    param="ref_audio",
-                    code="unsupported_value",
-                )
+        if cloning:
             text = extra.get("ref_text")
             if not isinstance(text, str) or not text.strip():
                 raise ModelInputError(
@@ -222,16 +211,9 @@ class FishRunner(TurnRunner):
         )
 
     def _sampling(self, params: SynthParams) -> tuple[FishSampling, int | None, int]:
-        extra = params.extra
-        value = {
-            k: self._fields[k].check(extra[k]) for k in self._fields if extra.get(k) is not None
-        }
-        out = self.sampling
-        for name in ("temperature", "top_k", "top_p"):
-            if name in value:
-                out = replace(out, **{name: value[name]})
+        value = checked(self._fields, params.extra)
         return (
-            out,
+            overridden(self.sampling, value),
             value.get("seed"),
             min(value.get("max_new_tokens", self.max_frames), self.max_frames),
         )
