@@ -187,3 +187,11 @@ async def test_bad_input_names_the_field_and_the_socket_keeps_working(
     done = await client.until("context.done", "ok", timeout=180)
     assert done["usage"]["frames"] > 0
     await client.close()
+
+
+async def test_a_turn_at_its_frame_cap_is_said_once(server: RunningServer) -> None:
+    """Every turn stopped at one frame (max_new_tokens=1): the context ends with its
+    audio and one max_frames_reached warning."""
+    audio, done, client = await speak(server, "cap", seed=4, max_new_tokens=1)
+    assert [w["code"] for w in client.got.of_type("warning")] == ["max_frames_reached"]
+    assert 0 < done["usage"]["frames"] <= 3 and len(audio) == done["usage"]["frames"] * 2048
