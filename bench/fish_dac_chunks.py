@@ -169,6 +169,54 @@ def numerics(codec: DAC, codes: np.ndarray, whole: np.ndarray) -> dict[str, floa
     return out
 
 
+def speed(codec: DAC, batches: tuple[int, ...] = (1, 8, 32, 64), chunk: int = 16) -> list[dict]:
+    """Steady-state decode calls on a GPU: ``batch`` streams each decoding ``chunk`` new
+    frames after a full left context (default policy), float32 with TF32 off: wall
+    time per call, seconds of audio per second, and peak memory per conv frame."""
+    vocoder = FishVocoder(codec, codec.device, codec.dtype)
+    context = vocoder.left_context
+    codes = random_codes(codec.cfg, context + chunk, 7)
+    out = []
+    for batch in batches:
+        streams = [vocoder.new_stream() for _ in range(batch)]
+        for stream in streams:
+            stream.position = 500
+        items = [DecodeItem(s, codes, context) for s in streams]
+        vocoder.decode(items)
+        sync(codec.device)
+        torch.cuda.reset_peak_memory_stats(codec.device)
+        base = torch.cuda.memory_allocated(codec.device)
+        began = time.perf_counter()
+        runs = 5
+        for _ in range(runs):
+            vocoder.decode(items)
+        sync(codec.device)
+        call_s = (time.perf_counter() - began) / runs
+        peak = torch.cuda.max_memory_allocated(codec.device) - base
+        audio_s = batch * chunk * codec.hop_length / codec.sample_rate
+        conv_frames = batch * (chunk + vocoder.conv_context)
+        out.append(
+            {
+                "batch": batch,
+                "chunk": chunk,
+                "call_ms": round(1000 * call_s, 2),
+                "audio_s_per_s": round(audio_s / call_s, 1),
+                "peak_mib_per_conv_frame": round(peak / conv_frames / 2**20, 2),
+            }
+        )
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def speed_tf32(codec: DAC) -> list[dict]:
+    """:func:`speed` with TF32 convolutions (torch's default for cuDNN) and matmuls."""
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return speed(codec)
+    finally:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def build_codec(args: argparse.Namespace, device: torch.device) -> DAC:
     if args.checkpoint is not None:
         return load_codec(args.checkpoint, device, torch.float32)
@@ -187,6 +235,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--speed-only", action="store_true", help="skip the SNR experiments")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     # fp32 convolutions and matmuls throughout: TF32 would set a noise floor of its own.
@@ -208,7 +257,9 @@ def main() -> None:
         "whole_decode_s": round(whole_s, 3),
         "whole_rms": round(float(np.sqrt(np.mean(whole.astype(np.float64) ** 2))), 4),
         "numerics": numerics(codec, codes, whole),
-        **experiments(codec, codes, whole),
+        "speed": speed(codec) if device.type == "cuda" else [],
+        "speed_tf32": speed_tf32(codec) if device.type == "cuda" else [],
+        **({} if args.speed_only else experiments(codec, codes, whole)),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
