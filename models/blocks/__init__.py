@@ -11,5 +11,9 @@
 - :mod:`models.blocks.flow`: a conditional (mean-)flow-matching mel decoder over
   speech tokens (CosyVoice's lineage: Chatterbox's S3Gen flow);
 - :mod:`models.blocks.hift`: HiFT, a neural-source-filter iSTFT vocoder, mel ->
-  24 kHz (S3Gen's ``mel2wav``).
+  24 kHz (S3Gen's ``mel2wav``);
+- :mod:`models.blocks.dac`: Fish Speech's modded DAC codec (causal convolutions,
+  window-limited transformers, a semantic + residual quantizer), 44.1 kHz audio <->
+  10 codes per 2048 samples (S2 Pro's ``codec.pth``), with ``dac_conv``, ``dac_rvq``
+  and ``dac_transformer`` beside it.
 """
