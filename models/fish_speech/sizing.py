@@ -3,7 +3,7 @@ headers and options: the input of ``models.sizing.plan``.
 
 Exact: the dual AR's weights at the model's dtype and the codec's in float32; the slow
 transformer's KV per position (layers x KV heads x head dim x keys and values).
-Estimated, for the GPU run to check: the codec decoder's activations per frame.
+Measured on an H200: the codec decoder's activations per frame.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ of speech (~21.5 frames a second); longer contexts take blocks short ones left."
 MAX_STREAMS = 256
 STREAM_BYTES = 2 * MIB
 """Per slot: sampling tables, the last frame's embedding, graph rows."""
-FRAME_BYTES = 24 * MIB
-"""The codec decoder's activations per frame (2,048 samples out of 1,536 channels
-upsampled 8-8-4-2, float32; estimated)."""
+FRAME_BYTES = 6 * MIB
+"""The codec decoder's activations per decoded frame (float32): 3.8-5.6 MiB measured
+at peak on an H200 (bench/baselines/fish-dac-speed-real-h200.json), rounded up."""
 VOCODER_BATCH_CAP = 64
 RESERVE_BYTES = 3 * GIB
 
@@ -59,6 +59,6 @@ def memory_profile(checkpoint: Path, options: Mapping[str, Any]) -> MemoryProfil
         reserve_bytes=RESERVE_BYTES,
         notes=(
             f"slow AR: {s.num_layers} layers, {s.num_kv_heads} KV heads of {s.head_dim}",
-            f"codec ~{FRAME_BYTES / MIB:.0f} MiB a frame (estimated)",
+            f"codec ~{FRAME_BYTES / MIB:.0f} MiB a decoded frame",
         ),
     )
