@@ -108,16 +108,26 @@ class FishSlots:
         self.fast_sampler = SlotSampler(
             self.tables, "fast", residual_vocab, penalty=False, key_xor=_FAST_KEY
         )
+        graphs = cuda_graphs and kernel_available(self.device)
         self.steps = GraphedRows(
-            self._step,
-            (self.cache.scratch_slot, 0),
+            self._step, (self.cache.scratch_slot, 0), self.device, slots, graphs=graphs, split=False
+        )
+        # A turn's first frame after its prompt: the same sampling and fast AR as a
+        # step, from the prompt's last hidden state (eager, it is ~700 small kernels).
+        width = cfg.slow.hidden_size
+        self.firsts = GraphedRows(
+            self._first,
+            (self.cache.scratch_slot,),
             self.device,
             slots,
-            graphs=cuda_graphs and kernel_available(self.device),
-            split=False,
+            graphs=graphs,
+            extra_padding=lambda size: (
+                torch.zeros(size, width, dtype=self.dtype, device=self.device),
+            ),
         )
         with torch.no_grad():
             self.steps.capture()
+            self.firsts.capture()
 
     @property
     def frame_width(self) -> int:
@@ -161,7 +171,7 @@ class FishSlots:
         last = hidden[
             upload(range(len(turns)), self.device), upload([c - 1 for c in counts], self.device)
         ]
-        return self._frame(ids, last, ras=False)
+        return self.firsts(np.asarray(slots, np.int64)[:, None], last)
 
     @torch.no_grad()
     def advance(self, slots: list[int]) -> torch.Tensor:
@@ -179,6 +189,11 @@ class FishSlots:
         embeds = self.tables["embed"][slots]
         hidden = self.slow.model.step(embeds, self.cache, slots, positions, max_length)
         return self._frame(slots, hidden, ras=True)
+
+    def _first(self, rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """(slot,) rows [B, 1] and their prompts' last hidden states [B, H] -> each
+        turn's first frame (no repetition-aware check: nothing decoded yet)."""
+        return self._frame(rows[:, 0], hidden, ras=False)
 
     def _frame(self, slots: torch.Tensor, hidden: torch.Tensor, ras: bool) -> torch.Tensor:
         scores = self.slow.logits(hidden)
