@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-import websockets
 from scipy.io import wavfile
 
 from tests.models.chatterbox.ckpt_campplus import speechlike
 from tests.models.chatterbox.ckpt_full import build_checkpoint
 from tests.serving import RunningServer, run_server
+from tests.vllm_session import vllm_session
 from tests.wsclient import Client
 from voiceserver.config import ModelConfig, ServerConfig, config_for_checkpoint, with_checkpoint
 
@@ -82,30 +81,8 @@ async def test_http_speech(server: RunningServer) -> None:
 
 
 async def test_vllm_socket(server: RunningServer) -> None:
-    audio = await vllm_session(server, {"voice": "default"})
+    audio = await vllm_session(server, {"voice": "default"}, TEXT)
     assert audio[:4] == b"RIFF" and len(audio) > 44
-
-
-async def vllm_session(server: RunningServer, config: dict) -> bytes:
-    """One vllm-omni socket session speaking TEXT: its audio (a WAV stream)."""
-    url = f"ws://{server.host}:{server.port}/v1/audio/speech/stream"
-    async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "session.config", **config}))
-        await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
-        await ws.send(json.dumps({"type": "input.done"}))
-        audio, types = b"", []
-        while True:
-            message = await ws.recv()
-            if isinstance(message, bytes):
-                audio += message
-                continue
-            data = json.loads(message)
-            types.append(data["type"])
-            assert data["type"] != "error", data
-            if data["type"] == "session.done":
-                break
-    assert types[0] == "audio.start" and "audio.done" in types
-    return audio
 
 
 async def test_unknown_voice_and_bad_sampling_are_errors(server: RunningServer) -> None:
@@ -151,9 +128,9 @@ async def test_a_cloned_voice_speaks_by_name_and_inline(
 
             # vllm-omni's socket: the stored voice by name, and the audio inline as its
             # Base-task clients send it.
-            by_name = await vllm_session(server, {"voice": "Narrator", "seed": 2})
+            by_name = await vllm_session(server, {"voice": "Narrator", "seed": 2}, TEXT)
             inline_cfg = {"task_type": "Base", "ref_audio": inline_b64, "seed": 2}
-            assert await vllm_session(server, inline_cfg) == by_name
+            assert await vllm_session(server, inline_cfg, TEXT) == by_name
 
             body = {"input": TEXT, "voice": "Narrator", "response_format": "pcm", "temperature": 0}
             spoken = await http.post("/v1/audio/speech", json=body)

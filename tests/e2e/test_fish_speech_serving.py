@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-import websockets
 from scipy.io import wavfile
 
 from tests.models.chatterbox.ckpt_campplus import speechlike
 from tests.models.fish_speech.ckpt import build_checkpoint
 from tests.serving import RunningServer, run_server
+from tests.vllm_session import vllm_session
 from tests.wsclient import Client
 from voiceserver.config import ModelConfig, ServerConfig, config_for_checkpoint, with_checkpoint
 
@@ -103,28 +102,6 @@ async def test_http_speech_at_the_native_rate_and_others(server: RunningServer) 
         assert abs(len(low.content) // 2 - samples * 16_000 / 44_100) < 64
 
 
-async def vllm_session(server: RunningServer, config: dict) -> bytes:
-    """One vllm-omni socket session speaking TEXT: its audio (a WAV stream)."""
-    url = f"ws://{server.host}:{server.port}/v1/audio/speech/stream"
-    async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "session.config", **config}))
-        await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
-        await ws.send(json.dumps({"type": "input.done"}))
-        audio, types = b"", []
-        while True:
-            message = await ws.recv()
-            if isinstance(message, bytes):
-                audio += message
-                continue
-            data = json.loads(message)
-            types.append(data["type"])
-            assert data["type"] != "error", data
-            if data["type"] == "session.done":
-                break
-    assert types[0] == "audio.start" and "audio.done" in types
-    return audio
-
-
 async def test_cloned_voices_inline_stored_and_over_vllm(server: RunningServer) -> None:
     """A voice uploaded once with its transcript speaks by name exactly as the same
     reference sent inline; vllm-omni's Base-task clients (task_type, ref_audio,
@@ -146,9 +123,9 @@ async def test_cloned_voices_inline_stored_and_over_vllm(server: RunningServer) 
     plain, _, _ = await speak(server, "d", seed=2)
     assert np.array_equal(named, inline) and np.abs(named).max() > 100
     assert not np.array_equal(named[: len(plain)], plain[: len(named)])
-    by_name = await vllm_session(server, {"voice": "Narrator", "seed": 2})
+    by_name = await vllm_session(server, {"voice": "Narrator", "seed": 2}, TEXT)
     base = {"task_type": "Base", "ref_audio": ref_b64, "ref_text": REF_TEXT, "seed": 2}
-    assert await vllm_session(server, base) == by_name
+    assert await vllm_session(server, base, TEXT) == by_name
     assert by_name[:4] == b"RIFF" and len(by_name) > 44
 
 

@@ -13,10 +13,7 @@ its policy promises (40 dB) of decoding each unit whole.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +25,14 @@ from models.blocks.dac import DAC, DACConfig, checkpoint_shapes, config_from_sha
 from models.fish_speech.codec import CODEC_FILE, CheckpointError, load_codec
 from models.fish_speech.vocoder import FishVocoder
 from tests.models.fish_speech.ckpt_codec import TINY, build_codec, codec_tensors, config_dict
+from tests.models.fish_speech.reference import run_reference
 from voiceserver.engine.frames import FrameRing
 from voiceserver.engine.vocoder_loop import VocoderLoop, VocoderLoopConfig
 
-REPO = Path(__file__).resolve().parents[3]
-REF_PYTHON = REPO / ".venv-ref-fish" / "bin" / "python"
-RUNNER = REPO / "tools" / "ref" / "fish_speech" / "ref_codec.py"
 FRAMES = 150
 """Code frames decoded: past the quantizer transformers' window of 128."""
 PROMISED_SNR_DB = 40.0
 """What the vocoder's default policy promises against whole decoding."""
-
-needs_reference = pytest.mark.skipif(
-    not REF_PYTHON.exists(),
-    reason=f"reference env missing: {REF_PYTHON} (tools/ref/fish_speech/make_venv.sh)",
-)
 
 
 def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
@@ -101,8 +91,6 @@ def inputs() -> dict[str, np.ndarray]:
 def reference(
     ckpt: Path, inputs: dict[str, np.ndarray], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    if not REF_PYTHON.exists():
-        pytest.skip(f"reference env missing: {REF_PYTHON} (tools/ref/fish_speech/make_venv.sh)")
     out = tmp_path_factory.mktemp("fish_codec_ref")
     np.save(out / "codes.npy", inputs["codes"])
     np.save(out / "audio.npy", inputs["audio"])
@@ -115,26 +103,9 @@ def reference(
             {"kind": "keys", "id": "real", "config": config_dict(DACConfig())},
         ],
     }
-    (out / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run(
-        [str(REF_PYTHON), str(RUNNER), str(ckpt), str(out / "job.json"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "REF_THREADS": "2"},
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"reference run failed:\n{proc.stderr[-4000:]}")
-    found: dict[str, Any] = {}
-    for result in json.loads((out / "result.json").read_text())["results"]:
-        for key, value in result.items():
-            if key != "id":
-                is_file = isinstance(value, str) and value.endswith(".npy")
-                found[f"{result['id']}.{key}"] = np.load(out / value) if is_file else value
-    return found
+    return run_reference("ref_codec.py", ckpt, job, out)
 
 
-@needs_reference
 def test_decode_equals_the_reference(
     codec: DAC, inputs: dict[str, np.ndarray], reference: dict[str, Any]
 ) -> None:
@@ -147,7 +118,6 @@ def test_decode_equals_the_reference(
     assert np.abs(ours[0] - ours[1]).max() > 0.1
 
 
-@needs_reference
 def test_encode_equals_the_reference(
     codec: DAC, inputs: dict[str, np.ndarray], reference: dict[str, Any]
 ) -> None:
@@ -159,7 +129,6 @@ def test_encode_equals_the_reference(
     assert all(len(np.unique(ours[:, i])) > 3 for i in range(10))  # codes vary
 
 
-@needs_reference
 def test_checkpoint_layout_is_the_references(ckpt: Path, reference: dict[str, Any]) -> None:
     """S2 Pro's real sizes: the reference's 541 tensors are exactly the ones our loader
     holds a codec.pth to (and give back S2 Pro's config); the tiny file's tensors
