@@ -40,7 +40,7 @@ import torch
 
 from models.base import DecodeItem
 from models.blocks.dac import DAC, DACConfig, load_dac
-from models.fish_speech.codec import load_codec
+from models.blocks.dac_file import load_codec
 from models.fish_speech.vocoder import FishVocoder
 
 

@@ -33,7 +33,7 @@ def main() -> None:
     from ref_dual_ar import build  # the reference's model, mapped to S2 Pro
     from tokenizers import Tokenizer
 
-    from models.fish_speech.codec import load_codec
+    from models.blocks.dac_file import load_codec
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", type=Path, required=True)

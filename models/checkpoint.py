@@ -62,6 +62,17 @@ class CheckpointError(ValueError):
 # -- files ---------------------------------------------------------------------------
 
 
+def checkpoint_root(given: Path | str | None, option: str | None) -> Path:
+    """A loader's checkpoint directory: the one it was handed, else its
+    ``model.checkpoint`` option; it must exist."""
+    if given is None and option is None:
+        raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
+    root = Path(given if given is not None else option)  # type: ignore[arg-type]
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {root}")
+    return root
+
+
 def read_json(path: Path, required: bool = True) -> dict[str, Any]:
     """A JSON object file; {} when it is absent and not ``required``."""
     if not path.is_file():

@@ -31,6 +31,7 @@ from models.chatterbox.text import load_text_tokenizer
 from models.chatterbox.vocoder import ChatterboxVocoder
 from models.chatterbox.voice_encoder import load_voice_encoder
 from models.chatterbox.voices import BUILTIN_VOICE, load_builtin
+from models.checkpoint import checkpoint_root
 from models.dtypes import DTYPES
 from models.fields import with_defaults
 
@@ -73,11 +74,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     options = parse_options(ChatterboxOptions, raw_options, "model")
     if options.max_contexts == "auto":
         options = replace(options, max_contexts=CPU.max_contexts)
-    if checkpoint is None and options.checkpoint is None:
-        raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
-    root = Path(checkpoint if checkpoint is not None else options.checkpoint)  # type: ignore[arg-type]
-    if not root.is_dir():
-        raise CheckpointError(f"checkpoint directory not found: {root}")
+    root = checkpoint_root(checkpoint, options.checkpoint)
     if options.max_contexts < 1 or options.kv_capacity < 512:
         raise ValueError(
             "model.max_contexts must be at least 1 and model.kv_capacity at least 512, "

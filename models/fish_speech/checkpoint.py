@@ -134,7 +134,7 @@ def check_weights(directory: Path) -> list[WeightReport]:
     """The strict check of the dual AR's files against the config (from headers) and of
     ``codec.pth`` against the codec its tensors describe (memory-mapped, not read)."""
     from models.blocks.dac import DAC, checkpoint_shapes, config_from_shapes
-    from models.fish_speech.codec import CODEC_FILE, read_codec_state
+    from models.blocks.dac_file import CODEC_FILE, read_codec_state
     from models.fish_speech.config import load_config
 
     directory = Path(directory)

@@ -15,11 +15,11 @@ from typing import Any, Literal
 import torch
 
 from models.base import CLONE_VOICE, Capabilities, LoadedModel, VoiceInfo, parse_options
-from models.checkpoint import CheckpointError
+from models.blocks.dac_file import load_codec
+from models.checkpoint import CheckpointError, checkpoint_root
 from models.dtypes import DTYPES
 from models.fields import with_defaults
 from models.fish_speech.checkpoint import load_dual_ar
-from models.fish_speech.codec import load_codec
 from models.fish_speech.config import load_config
 from models.fish_speech.prompt import load_prompts
 from models.fish_speech.runner import DEFAULT_VOICE, MAX_TURN_FRAMES, REQUEST_FIELDS, FishRunner
@@ -70,11 +70,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     options = parse_options(FishOptions, raw_options, "model")
     if options.max_contexts == "auto":
         options = replace(options, max_contexts=CPU.max_contexts)
-    if checkpoint is None and options.checkpoint is None:
-        raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
-    root = Path(checkpoint if checkpoint is not None else options.checkpoint)  # type: ignore[arg-type]
-    if not root.is_dir():
-        raise CheckpointError(f"checkpoint directory not found: {root}")
+    root = checkpoint_root(checkpoint, options.checkpoint)
     if not 1 <= options.max_new_tokens <= MAX_TURN_FRAMES * 4:
         raise ValueError(
             f"model.max_new_tokens must be from 1 to {MAX_TURN_FRAMES * 4}, "

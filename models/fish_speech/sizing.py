@@ -32,9 +32,9 @@ RESERVE_BYTES = 3 * GIB
 def memory_profile(checkpoint: Path, options: Mapping[str, Any]) -> MemoryProfile:
     """The profile of the checkpoint at ``checkpoint`` served with model ``options``."""
     from models.base import parse_options
+    from models.blocks.dac_file import CODEC_FILE
     from models.checkpoint import read_headers, safetensors_files
     from models.dtypes import DTYPES
-    from models.fish_speech.codec import CODEC_FILE
     from models.fish_speech.config import load_config
     from models.fish_speech.loader import FishOptions
 

@@ -11,11 +11,11 @@ import torch
 
 from models.base import Capabilities, LoadedModel, parse_options
 from models.blocks.llama import RMSNorm
+from models.checkpoint import checkpoint_root
 from models.dtypes import DTYPES
 from models.kit.kv_pool import kv_blocks as pool_blocks
 from models.qwen3_tts.checkpoint import load_module, load_tensors, read_json, weight_prefixes
 from models.qwen3_tts.config import (
-    CheckpointError,
     TransformerConfig,
     parse_config,
     parse_speech_tokenizer_config,
@@ -143,11 +143,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     options = parse_options(Qwen3Options, raw_options, "model")
     if options.max_contexts == "auto":
         options = replace(options, max_contexts=CPU.max_contexts)
-    if checkpoint is None and options.checkpoint is None:
-        raise CheckpointError("no checkpoint directory: set model.checkpoint or pass one")
-    root = Path(checkpoint if checkpoint is not None else options.checkpoint)  # type: ignore[arg-type]
-    if not root.is_dir():
-        raise CheckpointError(f"checkpoint directory not found: {root}")
+    root = checkpoint_root(checkpoint, options.checkpoint)
     dtype = DTYPES[options.dtype]
     device = torch.device(options.device)
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from models.blocks.dac import DAC, DACConfig, checkpoint_shapes, config_from_shapes
-from models.fish_speech.codec import CODEC_FILE, CheckpointError, load_codec
+from models.blocks.dac_file import CODEC_FILE, CheckpointError, load_codec
 from models.fish_speech.vocoder import FishVocoder
 from tests.models.fish_speech.ckpt_codec import TINY, build_codec, codec_tensors, config_dict
 from tests.models.fish_speech.reference import run_reference

@@ -1,4 +1,5 @@
-"""S2 Pro's codec from an unmodified checkpoint directory: ``codec.pth``.
+"""The DAC codec's published file: ``codec.pth`` in a checkpoint directory (Fish
+Speech S2 Pro's, and OpenAudio S1's before it).
 
 The file is a flat state dict written by ``torch.save`` (541 tensors at S2 Pro's
 sizes, float32 but the transformers' rotary tables in bfloat16 and their causal
