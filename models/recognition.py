@@ -36,3 +36,18 @@ class Recognized:
             if name in known:
                 return name
         return None
+
+
+def config_of(path: Path, model_type: str) -> dict | None:
+    """``path/config.json`` as a dict when it is readable JSON naming ``model_type``
+    (a recogniser's first question); None otherwise."""
+    import json
+
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("model_type") == model_type else None

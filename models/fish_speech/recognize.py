@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from models.recognition import Recognized
+from models.recognition import Recognized, config_of
 
 LOOKS_FOR = "a Fish Speech S2 Pro checkpoint (config.json with model_type fish_qwen3_omni)"
 
 
 def recognize(path: Path) -> Recognized | None:
-    config = path / "config.json"
-    if not config.is_file():
-        return None
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("model_type") != "fish_qwen3_omni":
+    data = config_of(path, "fish_qwen3_omni")
+    if data is None:
         return None
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
     return Recognized(

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from models.recognition import Recognized
+from models.recognition import Recognized, config_of
 
 LOOKS_FOR = "a Qwen3-TTS checkpoint (config.json with model_type qwen3_tts)"
 SIZES = {"0b6": "0.6b", "1b7": "1.7b"}
@@ -19,14 +18,8 @@ SHIPPED = (
 
 
 def recognize(path: Path) -> Recognized | None:
-    config = path / "config.json"
-    if not config.is_file():
-        return None
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("model_type") != "qwen3_tts":
+    data = config_of(path, "qwen3_tts")
+    if data is None:
         return None
     variant = str(data.get("tts_model_type", "custom_voice"))
     size_code = str(data.get("tts_model_size", ""))
