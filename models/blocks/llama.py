@@ -1,5 +1,6 @@
 """The Llama/Qwen2/Qwen3-style decoder: RMSNorm, rotary positions (NeoX layout),
-grouped-query attention with q/k RMSNorms (or none: ``qk_norm=False``), SwiGLU.
+grouped-query attention with q/k RMSNorms (or none: ``TransformerConfig.qk_norm``),
+SwiGLU.
 
 A checkpoint trained with interleaved (GPT-J) rotary positions loads by permuting
 each head's q/k rows (``interleaved_to_neox``). ``rope_round``: a model whose
@@ -15,7 +16,7 @@ q_proj``, ``input_layernorm``, ``mlp.gate_proj`` ...), so a state dict loads wit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -28,8 +29,9 @@ from models.paged_kv import PagedKVCache, prefill_layout
 from models.upload import upload
 
 
-class TransformerConfig(Protocol):
-    """The shape of a stack (a family's config object has these attributes)."""
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The shape of a stack (every family's Llama-style decoder)."""
 
     hidden_size: int
     intermediate_size: int
@@ -39,6 +41,8 @@ class TransformerConfig(Protocol):
     head_dim: int
     rms_norm_eps: float
     rope_theta: float
+    qk_norm: bool = True
+    """Per-head q/k RMSNorms (Qwen3's; Fish Speech's fast transformer has none)."""
 
 
 class RMSNorm(nn.Module):
@@ -93,7 +97,7 @@ def interleaved_to_neox(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: TransformerConfig, qk_norm: bool = True) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
         self.num_heads = cfg.num_heads
@@ -103,8 +107,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
-        self.qk_norm = qk_norm
-        if qk_norm:
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
@@ -113,22 +117,16 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, H, T, D], k/v [B, KVH, T, D] with RoPE applied."""
         b, t, _ = x.shape
-        if not self.qk_norm:
-            q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-            k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-            v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-            return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-        if self.q_norm.fused and fused_available(x):
-            q = self.q_proj(x).view(b, t, -1, self.head_dim)
-            k = self.k_proj(x).view(b, t, -1, self.head_dim)
-            v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(b, t, -1, self.head_dim)
+        k = self.k_proj(x).view(b, t, -1, self.head_dim)
+        v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        if self.qk_norm and self.q_norm.fused and fused_available(x):
             q = norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin).transpose(1, 2)
             k = norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin).transpose(1, 2)
             return q, k, v
-        q = self.q_norm(self.q_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
@@ -157,9 +155,9 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig, qk_norm: bool = True) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg, qk_norm)
+        self.self_attn = Attention(cfg)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -180,13 +178,11 @@ class DecoderLayer(nn.Module):
 class Stack(nn.Module):
     """Decoder layers + final norm (``model.*`` in the checkpoint)."""
 
-    def __init__(
-        self, cfg: TransformerConfig, qk_norm: bool = True, rope_round: torch.dtype | None = None
-    ) -> None:
+    def __init__(self, cfg: TransformerConfig, rope_round: torch.dtype | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.rope_round = rope_round
-        self.layers = nn.ModuleList(DecoderLayer(cfg, qk_norm) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer(
             "inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from models.blocks.llama import interleaved_to_neox
+from models.blocks.llama import TransformerConfig, interleaved_to_neox
 from models.checkpoint import (
     CheckpointError,
     WeightReport,
@@ -26,7 +26,7 @@ from models.checkpoint import (
     read_headers,
     safetensors_files,
 )
-from models.fish_speech.config import FishConfig, StackConfig
+from models.fish_speech.config import FishConfig
 from models.fish_speech.model import FastAR, SlowAR
 
 SLOW, FAST = "text_model.model.", "audio_decoder."
@@ -42,7 +42,7 @@ _RENAMES = {
 }
 
 
-def _layers(prefix: str, c: StackConfig) -> dict[str, tuple[int, ...]]:
+def _layers(prefix: str, c: TransformerConfig) -> dict[str, tuple[int, ...]]:
     d, hd = c.hidden_size, c.head_dim
     out: dict[str, tuple[int, ...]] = {}
     for i in range(c.num_layers):
@@ -78,7 +78,7 @@ def expected_keys(cfg: FishConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _stack_state(
-    state: dict[str, torch.Tensor], prefix: str, c: StackConfig
+    state: dict[str, torch.Tensor], prefix: str, c: TransformerConfig
 ) -> dict[str, torch.Tensor]:
     """The kit decoder's ``model.*`` tensors from the checkpoint's under ``prefix``."""
     out: dict[str, torch.Tensor] = {"model.norm.weight": state[prefix + "norm.weight"]}

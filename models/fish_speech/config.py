@@ -13,31 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from models.blocks.llama import TransformerConfig
 from models.checkpoint import CheckpointError, read_json
 
 MODEL_TYPE = "fish_qwen3_omni"
 
 
 @dataclass(frozen=True)
-class StackConfig:
-    """One transformer's shape (``models.blocks.llama.TransformerConfig``)."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    qk_norm: bool
-    """q/k RMSNorms per head (the slow transformer has them, the fast one not)."""
-
-
-@dataclass(frozen=True)
 class FishConfig:
-    slow: StackConfig
-    fast: StackConfig
+    slow: TransformerConfig
+    fast: TransformerConfig
     vocab_size: int
     """Text, control and semantic tokens of the slow transformer."""
     codebook_size: int
@@ -63,7 +48,7 @@ def _int(section: dict[str, Any], key: str, where: Path, default: int | None = N
     return value
 
 
-def _stack(section: dict[str, Any], where: Path, rope: float, eps: float) -> StackConfig:
+def _stack(section: dict[str, Any], where: Path, rope: float, eps: float) -> TransformerConfig:
     for flag in ("attention_qkv_bias", "attention_o_bias"):
         if section.get(flag):
             raise CheckpointError(f"{flag}: attention biases are not supported", where)
@@ -76,7 +61,7 @@ def _stack(section: dict[str, Any], where: Path, rope: float, eps: float) -> Sta
         raise CheckpointError(
             f"n_head {heads} is not a multiple of n_local_heads {kv_heads}", where
         )
-    return StackConfig(
+    return TransformerConfig(
         hidden_size=dim,
         intermediate_size=_int(section, "intermediate_size", where),
         num_layers=_int(section, "n_layer", where),
@@ -104,9 +89,7 @@ def load_config(directory: Path) -> FishConfig:
     eps = float(text.get("norm_eps", 1e-5))
     cfg = FishConfig(
         slow=_stack(text, path, rope, eps),
-        fast=_stack(
-            {**audio, "attention_qk_norm": audio.get("attention_qk_norm", False)}, path, rope, eps
-        ),
+        fast=_stack(audio, path, rope, eps),
         vocab_size=_int(text, "vocab_size", path),
         codebook_size=_int(audio, "vocab_size", path),
         num_codebooks=_int(audio, "num_codebooks", path),

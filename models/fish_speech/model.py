@@ -36,7 +36,7 @@ class SlowAR(nn.Module):
         dim = cfg.slow.hidden_size
         self.embeddings = nn.Embedding(cfg.vocab_size, dim)
         self.codebook_embeddings = nn.Embedding(cfg.codebook_size * cfg.num_codebooks, dim)
-        self.model = Stack(cfg.slow, qk_norm=cfg.slow.qk_norm, rope_round=torch.bfloat16)
+        self.model = Stack(cfg.slow, rope_round=torch.bfloat16)
         if not cfg.tie_word_embeddings:
             self.output = nn.Linear(dim, cfg.vocab_size, bias=False)
         allowed = list(range(cfg.semantic_begin, cfg.semantic_end + 1)) + [im_end]
@@ -75,7 +75,7 @@ class FastAR(nn.Module):
         self.cfg = cfg
         dim = cfg.fast.hidden_size
         self.embeddings = nn.Embedding(cfg.codebook_size, dim)
-        self.model = Stack(cfg.fast, qk_norm=cfg.fast.qk_norm, rope_round=torch.bfloat16)
+        self.model = Stack(cfg.fast, rope_round=torch.bfloat16)
         self.output = nn.Linear(dim, cfg.codebook_size, bias=False)
         if cfg.slow.hidden_size != dim:
             self.fast_project_in: nn.Module = nn.Linear(cfg.slow.hidden_size, dim)

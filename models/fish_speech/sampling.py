@@ -55,19 +55,15 @@ def keep_best(scores: torch.Tensor, rows: Rows) -> torch.Tensor:
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
 
 
-def sample(scores: torch.Tensor, sampler: SlotSampler, slots: torch.Tensor) -> torch.Tensor:
-    """One id per row of ``scores`` [B, V] with each slot's settings; inside a captured
-    graph too (the host looks at no setting)."""
-    rows = sampler.rows(slots, None)
-    return draw(scale(keep_best(scores, rows), rows), rows, sampler.noise(slots)[:, 0])
-
-
-def sample_codes(
-    scores: torch.Tensor, sampler: SlotSampler, slots: torch.Tensor, noise: torch.Tensor
-) -> torch.Tensor:
-    """A residual code per row with ``noise`` [B, V] (a step's draws are taken at once)."""
-    rows = sampler.rows(slots, None)
+def pick(scores: torch.Tensor, rows: Rows, noise: torch.Tensor) -> torch.Tensor:
+    """One id per row of ``scores`` [B, V] with the rows' settings and ``noise`` [B, V]."""
     return draw(scale(keep_best(scores, rows), rows), rows, noise)
+
+
+def sample(scores: torch.Tensor, sampler: SlotSampler, slots: torch.Tensor) -> torch.Tensor:
+    """One id per row with each slot's settings and next draw; inside a captured graph
+    too (the host looks at no setting)."""
+    return pick(scores, sampler.rows(slots, None), sampler.noise(slots)[:, 0])
 
 
 def repetition_aware(

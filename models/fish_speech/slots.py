@@ -25,9 +25,9 @@ from models.fish_speech.model import FastAR, SlowAR
 from models.fish_speech.sampling import (
     RAS_WINDOW,
     FishSampling,
+    pick,
     repetition_aware,
     sample,
-    sample_codes,
 )
 from models.kernels.paged_decode import kernel_available
 from models.kit.graphed import GraphedRows
@@ -207,10 +207,12 @@ class FishSlots:
             self.tables["window"][slots] = torch.cat((window[:, 1:], token[:, None]), dim=1)
         speech = token < self.semantic
         code0 = torch.where(speech, token, 0)
+        # The residual codes' settings and draws, read once for the frame's nine codes.
+        rows = self.fast_sampler.rows(slots, None)
         noise = self.fast_sampler.noise(slots, self.slow.cfg.num_codebooks - 1)
 
         def choose(k: int, scores: torch.Tensor) -> torch.Tensor:
-            return sample_codes(scores, self.fast_sampler, slots, noise[:, k])
+            return pick(scores, rows, noise[:, k])
 
         rest = self.fast.predict(hidden, code0, choose, self.residual_vocab)
         codes = torch.cat((code0[:, None], rest), dim=1)

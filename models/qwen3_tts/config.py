@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from models.blocks.llama import TransformerConfig
 from models.checkpoint import CheckpointError
 
 
@@ -32,20 +33,6 @@ class _Reader:
         if not isinstance(value, Mapping):
             raise CheckpointError(f"{self.where}: {key!r} must be an object")
         return _Reader(value, f"{self.where}.{key}")
-
-
-@dataclass(frozen=True)
-class TransformerConfig:
-    """A Qwen3-style decoder stack (talker or code predictor)."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
 
 
 def _transformer(r: _Reader) -> TransformerConfig:
