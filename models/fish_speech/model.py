@@ -63,9 +63,7 @@ class SlowAR(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Scores [B, semantic_count + 1] of the final-norm ``hidden`` [B, H]: the
-        semantic tokens, then ``<|im_end|>``."""
-        if not hasattr(self, "head"):
-            self.freeze_head()
+        semantic tokens, then ``<|im_end|>`` (:meth:`freeze_head` must have run)."""
         return (hidden @ self.head.T).float()
 
 
