@@ -118,7 +118,9 @@ def test_demo_page_plays_a_streamed_paragraph(server: RunningServer, encoding: s
 
 
 def test_stop_silences_within_100_ms_and_the_server_confirms(server: RunningServer) -> None:
-    got = browse("stop", server=server.http, encoding="opus", rate=60)
+    # Text streams for ~7 s (10 tokens a second), so the context is still open when
+    # the page stops it after 1.5 s of playback, however slowly a busy machine starts.
+    got = browse("stop", server=server.http, encoding="opus", rate=10)
     assert not got["errors"], got
     assert got["done"]["cancelled"] is True
     # After the click, at most 100 ms more audio was rendered, then nothing.
