@@ -426,6 +426,11 @@ class ModelRunner(ABC):
     def execute(self, plan: StepPlan) -> StepResult:
         """Apply ``plan`` and step its ``step`` slots once, batched."""
 
+    def kv_usage(self) -> tuple[int, int]:
+        """(paged KV blocks in use, blocks in the pool) for metrics, read from any
+        thread; (0, 0) for a model without a paged KV cache."""
+        return 0, 0
+
     def clone_voice(self, ref_audio: bytes, options: Mapping[str, Any]) -> ClonedVoice:
         """Compute a reusable voice from reference audio (an audio file's bytes) and
         the model's own clone options (its request fields, e.g. a transcript).

@@ -57,6 +57,7 @@ class PagedKVCache:
         self.owned = np.zeros(slots + 1, np.int64)
         """Blocks each slot holds (its table's first entries)."""
         self._free = list(range(blocks, 0, -1))
+        self.total_blocks = blocks
 
     @staticmethod
     def bytes_per_block(
@@ -67,6 +68,11 @@ class PagedKVCache:
     @property
     def free_blocks(self) -> int:
         return len(self._free)
+
+    @property
+    def usage(self) -> tuple[int, int]:
+        """(blocks in use, blocks in the pool), for metrics."""
+        return self.total_blocks - len(self._free), self.total_blocks
 
     def reserve(self, wanted: Sequence[tuple[int, int]]) -> list[int]:
         """Back positions ``[0, end)`` of each ``(slot, end)`` with blocks; the device

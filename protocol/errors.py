@@ -44,6 +44,7 @@ class ErrorCode(StrEnum):
     HOST_NOT_ALLOWED = "host_not_allowed"  # HTTP 421: a Host the server does not answer to
     MISSING_HOST = "missing_host"  # HTTP 400: an HTTP/1.1 request without exactly one Host
     HEADERS_TOO_LARGE = "headers_too_large"  # HTTP 431: request headers over the limit
+    ENGINE_FAILED = "engine_failed"  # the engine serving it stopped: reconnect (close 1011)
 
 
 class CloseCode(IntEnum):
@@ -62,6 +63,7 @@ class CloseCode(IntEnum):
 _CLOSE_CODE_FOR_ERROR: dict[ErrorCode, CloseCode] = {
     ErrorCode.MESSAGE_TOO_BIG: CloseCode.MESSAGE_TOO_BIG,
     ErrorCode.INTERNAL_ERROR: CloseCode.INTERNAL_ERROR,
+    ErrorCode.ENGINE_FAILED: CloseCode.INTERNAL_ERROR,
     ErrorCode.OVERLOADED: CloseCode.TRY_AGAIN_LATER,
     ErrorCode.UNAUTHORIZED: CloseCode.UNAUTHORIZED,
     ErrorCode.IDLE_TIMEOUT: CloseCode.IDLE_TIMEOUT,

@@ -150,6 +150,38 @@ class ServerConfig:
     demo_page: bool = True
     """Serve the demo page at ``/`` (``--no-demo`` turns it off); the browser SDK at
     ``/sdk/voiceserver.js`` is served either way."""
+    engines: EnginesConfig = field(default_factory=lambda: EnginesConfig())
+    """Where the engines run: a thread of this process, or processes of their own."""
+
+
+@dataclass(frozen=True)
+class EnginesConfig:
+    """How many engines serve, and where (``--engines``, ``--gpus``)."""
+
+    processes: int = 0
+    """0: one engine, a thread of the server's process (the default: no hop between
+    the front end and the model). N >= 1: N engine processes behind the one port,
+    each loading the model; a session is placed on the one with the most headroom."""
+    gpus: tuple[int, ...] = ()
+    """GPU indices, one engine process each (each sees only its GPU); empty: no
+    pinning. When set, ``processes`` is their number."""
+    start_timeout_s: float = 900.0
+    """How long an engine process may take to load its model before start-up fails."""
+
+    def __post_init__(self) -> None:
+        if self.processes < 0:
+            raise ValueError(f"engines: processes must be 0 or more, got {self.processes}")
+        if self.gpus and self.processes != len(self.gpus):
+            raise ValueError(
+                f"engines: {len(self.gpus)} GPUs ({self.gpus}) need as many processes, "
+                f"got {self.processes}"
+            )
+        if len(set(self.gpus)) != len(self.gpus) or any(g < 0 for g in self.gpus):
+            raise ValueError(f"engines: GPUs must be distinct indices from 0, got {self.gpus}")
+
+    @classmethod
+    def on_gpus(cls, gpus: tuple[int, ...]) -> EnginesConfig:
+        return cls(processes=len(gpus), gpus=gpus)
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,10 @@ class ChatterboxRunner(TurnRunner):
 
     # -- before the first step ---------------------------------------------------
 
+    def kv_usage(self) -> tuple[int, int]:
+        return self.t3.cache.usage
+
+
     def validate(self, params: SynthParams) -> None:
         self._sampling(params)
         self._voice(params)

@@ -110,6 +110,10 @@ class FishRunner(TurnRunner):
 
     # -- before the first step ---------------------------------------------------
 
+    def kv_usage(self) -> tuple[int, int]:
+        return self.ar.cache.usage
+
+
     def validate(self, params: SynthParams) -> None:
         self._sampling(params)
         self._voice(params)

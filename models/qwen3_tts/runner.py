@@ -289,6 +289,10 @@ class Qwen3Runner(SlotRunner):
 
     # -- before the first step ---------------------------------------------------
 
+    def kv_usage(self) -> tuple[int, int]:
+        return self.cache.usage
+
+
     def validate(self, params: SynthParams) -> None:
         self._settings(params)
         self.voices.check(params)

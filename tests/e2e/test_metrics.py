@@ -64,9 +64,17 @@ async def test_metrics_count_every_request() -> None:
     assert value(after, "tts_active_requests", **ws) == 0
     assert value(after, "tts_errors_total", code="invalid_json", **ws) == 1
     assert value(after, "tts_tokens_per_second_count", **ws) == 3
-    assert value(after, "tts_engine_batch_size_count", model="tiny") > 0
-    assert value(after, "tts_vocoder_batch_size_count", model="tiny") > 0
-    assert ("tts_queue_depth", (("model", "tiny"), ("queue", "engine_inbox"))) in after
+    engine = {"model": "tiny", "engine": "0"}
+    assert value(after, "tts_engine_batch_size_count", **engine) > 0
+    assert value(after, "tts_vocoder_batch_size_count", **engine) > 0
+    assert value(after, "tts_engine_step_seconds_count", **engine) > 0
+    assert value(after, "tts_engine_up", **engine) == 1
+    assert value(after, "tts_engine_slots", state="used", **engine) == 0
+    assert value(after, "tts_engine_slots", state="free", **engine) > 0
+    assert (
+        "tts_queue_depth",
+        (("engine", "0"), ("model", "tiny"), ("queue", "engine_inbox")),
+    ) in after
     http = {"model": "tiny", "endpoint": "http"}
     assert value(after, "tts_time_to_first_audio_seconds_count", **http) == 2
     assert value(after, "tts_request_duration_seconds_count", **http) == 2

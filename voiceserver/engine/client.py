@@ -37,7 +37,7 @@ import numpy as np
 from models.base import ModelInputError, Prepared, SynthParams
 from protocol.errors import ErrorCode
 from voiceserver.clients import ClientId
-from voiceserver.engine.core import EngineCore
+from voiceserver.engine.door import Engine
 from voiceserver.engine.messages import (
     AppendUnits,
     Cancel,
@@ -53,6 +53,7 @@ from voiceserver.engine.messages import (
 )
 from voiceserver.engine.prepare import FairPreparer, PrepareJob
 from voiceserver.engine.tempo import StretchedEvents
+from voiceserver.engine.wire import EngineLost
 from voiceserver.engine.words import TimedWords, WordTable
 from voiceserver.quotas import ClientCounts
 
@@ -77,10 +78,14 @@ class OverShare(Overloaded):
     status = 429
 
 
+ENGINE_FAILED = "engine_failed"
+_LOST = "the engine serving this context stopped; open a new session (another engine takes it)"
+
+
 class EngineClient:
     def __init__(
         self,
-        engine: EngineCore,
+        engine: Engine,
         loop: asyncio.AbstractEventLoop,
         preparer: FairPreparer,
         text_pool: Executor | None = None,
@@ -96,7 +101,7 @@ class EngineClient:
         self._preparer = preparer
         self._text_pool = text_pool or ThreadPoolExecutor(1, thread_name_prefix="text")
         self._audio_pool = audio_pool
-        slots = engine.scheduler.max_slots
+        slots = engine.max_slots
         share = max(1, int(max_client_share * slots + 1e-9))
         self.held = ClientCounts(share)
         """Active contexts (slots used or promised) of each client, against its share."""
@@ -109,6 +114,33 @@ class EngineClient:
         self._id = engine.attach(self._from_engine)
         self.opened = 0
         self.refused = 0
+        self.lost = False
+        """The engine died: its contexts were ended with ``engine_failed``."""
+        self._watchers: set[Callable[[], None]] = set()
+        engine.on_lost(lambda: loop.call_soon_threadsafe(self._lost))
+
+    def watch(self, on_lost: Callable[[], None]) -> None:
+        """Call ``on_lost`` (on the event loop) if the engine dies; a session placed on
+        this engine watches it for its life (:meth:`unwatch` when it ends)."""
+        self._watchers.add(on_lost)
+
+    def unwatch(self, on_lost: Callable[[], None]) -> None:
+        self._watchers.discard(on_lost)
+
+    @property
+    def sessions(self) -> int:
+        """Sessions placed on this engine (watching it)."""
+        return len(self._watchers)
+
+    def _lost(self) -> None:
+        """The engine died: every context still open ends with ``engine_failed``, then
+        the sessions placed here are told."""
+        self.lost = True
+        for handle in list(self._handles.values()):
+            if not handle.ended:
+                handle.fail(ContextFailed(handle.cid, ENGINE_FAILED, _LOST))
+        for watcher in list(self._watchers):
+            watcher()
 
     def open(
         self,
@@ -134,6 +166,9 @@ class EngineClient:
         ``first_chunk_frames``: frames in the first vocoder chunk, from 1 to
         ``EngineConfig.max_chunk_frames`` (0 or None: the engine's default);
         ModelInputError naming the field otherwise."""
+        if self.lost:
+            self.refused += 1
+            raise Overloaded("the engine serving this session stopped; open a new session")
         first_chunk = self._first_chunk(first_chunk_frames)
         words = WordTable() if word_timestamps and self.runner.aligns_words(params) else None
         caps = self.runner.capabilities
@@ -178,7 +213,7 @@ class EngineClient:
         client = handle.client
         if client is not None and not self.held.take(client):
             self.refused += 1
-            if self.held.cap >= self.engine.scheduler.max_slots:  # it holds every slot
+            if self.held.cap >= self.engine.max_slots:  # it holds every slot
                 raise Overloaded("the engine is at capacity; retry in a moment")
             raise OverShare(
                 f"this client ({client.kind}) already holds {self.held.cap} contexts, its"
@@ -216,9 +251,11 @@ class EngineClient:
 
     def _prepare(self, cid: int, params: SynthParams) -> Prepared | ContextFailed:
         try:
-            return self.runner.prepare(params)
+            return self.engine.prepare(cid, params)
         except ModelInputError as exc:
             return ContextFailed(cid, exc.code, str(exc), exc.param)
+        except EngineLost:
+            return ContextFailed(cid, ENGINE_FAILED, _LOST)
         except Exception as exc:
             log.exception("preparing a context failed")
             return ContextFailed(cid, "internal_error", f"preparing the context failed: {exc}")
@@ -239,6 +276,8 @@ class EngineClient:
                 located = tuple(_renumbered(table, first) for table in aligned.words)
         except ModelInputError as exc:
             return ContextFailed(cid, exc.code, str(exc), exc.param)
+        except EngineLost:
+            return ContextFailed(cid, ENGINE_FAILED, _LOST)
         except Exception as exc:
             log.exception("encoding text failed")
             return ContextFailed(cid, "internal_error", f"text frontend failed: {exc}")
@@ -429,7 +468,8 @@ class ContextHandle:
             self.preparing = None
         self.owner._forget(self)
         if self.state == "parked":
-            return  # the engine never heard of it
+            self.owner.engine.forget(self.cid)  # the engine never registered it
+            return
         engine = self.owner.engine
         if not engine.retract(self.cid):
             engine.submit(Cancel(self.cid))

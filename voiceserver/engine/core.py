@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.base import Admit, Feed, LoadedModel, Prepared, StepPlan, StepResult
+from models.base import Admit, Feed, LoadedModel, Prepared, StepPlan, StepResult, SynthParams
 from voiceserver.engine.frames import FrameRing
 from voiceserver.engine.messages import (
     AppendUnits,
@@ -47,6 +47,7 @@ from voiceserver.engine.messages import (
     WordTimings,
 )
 from voiceserver.engine.scheduler import ARScheduler
+from voiceserver.engine.snapshot import EngineSnapshot
 from voiceserver.engine.vocoder_loop import VocoderLoop, VocoderLoopConfig
 
 if TYPE_CHECKING:
@@ -172,6 +173,46 @@ class EngineCore:
         """Smoothed step wall time per second of audio a stepped context gets."""
 
     # -- called from any thread ---------------------------------------------
+
+    @property
+    def max_slots(self) -> int:
+        """Contexts the engine runs at once (model slots it uses)."""
+        return self.scheduler.max_slots
+
+    def prepare(self, cid: int, params: SynthParams) -> Prepared:
+        """Context ``cid``'s inputs (``ModelRunner.prepare``), on the caller's thread."""
+        return self.runner.prepare(params)
+
+    def forget(self, cid: int) -> None:
+        """A context the engine never registered is gone: nothing is kept for it here."""
+
+    lost = False
+    """An engine thread lives as long as the server (only an engine process can die)."""
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Never called back: see :attr:`lost`."""
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine's figures now (read from any thread; placement, /health, /metrics)."""
+        with self._lock:
+            reserved = self._reserved
+        used_blocks, total_blocks = self.runner.kv_usage()
+        stats = self.stats
+        return EngineSnapshot(
+            max_slots=self.scheduler.max_slots,
+            used_slots=self.scheduler.used_slots,
+            reserved=reserved,
+            load=self.load,
+            active_contexts=stats.active_contexts,
+            steps=stats.steps,
+            vocoder_calls=stats.vocoder_calls,
+            errors=dict(stats.errors),
+            inbox=self.inbox.qsize(),
+            waiting=self.scheduler.num_waiting,
+            kv_blocks_used=used_blocks,
+            kv_blocks_total=total_blocks,
+            step_s=self._ar_seconds,
+        )
 
     def attach(self, deliver: Callable[[EngineBatch], None]) -> int:
         """Register a client; its contexts' events arrive through ``deliver``
@@ -344,6 +385,8 @@ class EngineCore:
             if len(decision.step):
                 elapsed = time.monotonic() - started
                 self._ar_seconds += LOAD_SMOOTHING * (elapsed - self._ar_seconds)
+                if self._observer is not None:
+                    self._observer.ar_step(elapsed)
         posted = self._vocoder_step() or posted
         self._update_blocked()
         self.stats.active_contexts = len(self._contexts)

@@ -199,7 +199,7 @@ class _Batch:
         self.items = items
         self.id = f"speech-batch-{uuid.uuid4().hex}"
         self.budget = _AudioBudget(rt.server.limits.max_batch_audio_bytes)
-        self.slots = asyncio.Semaphore(max(1, rt.client.held.cap))
+        self.slots = asyncio.Semaphore(max(1, rt.fleet.share))
         self._voices: dict[tuple[Any, ...], asyncio.Task[Any]] = {}
 
     async def results(self) -> AsyncIterator[_Result]:

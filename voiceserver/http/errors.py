@@ -38,6 +38,7 @@ _STATUS_OF_CODE = {
     ErrorCode.UNKNOWN_MODEL: 404,
     ErrorCode.INTERNAL_ERROR: 500,
     ErrorCode.OVERLOADED: 503,
+    ErrorCode.ENGINE_FAILED: 503,
     ErrorCode.RATE_LIMITED: 429,
 }
 

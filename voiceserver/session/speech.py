@@ -135,6 +135,9 @@ class SpeechSession:
         self.draining = False
         self._writer: asyncio.Task[None] | None = None
         self._farewell: asyncio.Task[None] | None = None
+        self.engine = runtime.fleet.place(strict=False)
+        """The engine this session's contexts run on, for its life."""
+        self.engine.watch(self._engine_lost)
 
     # -- input (event loop) -------------------------------------------------
 
@@ -269,7 +272,7 @@ class SpeechSession:
         else:
             segmenter = TextSegmenter(seg_config)
         try:
-            handle = self.rt.client.open(
+            handle = self.engine.open(
                 params,
                 self._on_engine_event,
                 word_timestamps=settings.timestamps == "word",
@@ -706,6 +709,16 @@ class SpeechSession:
             say_farewell(self._peer, errors, close_code, message, timeout)
         )
 
+    def _engine_lost(self) -> None:
+        """The engine serving this session died: its contexts are lost, the session ends."""
+        self.drop_client(
+            CloseCode.INTERNAL_ERROR,
+            ErrorCode.ENGINE_FAILED,
+            "the engine serving this session stopped; reconnect (another engine takes the"
+            " new session)",
+            FAREWELL_S,
+        )
+
     def begin_drain(self) -> None:
         """The server is stopping: take no new contexts; close (1012) once idle."""
         self.draining = True
@@ -732,6 +745,7 @@ class SpeechSession:
     def shutdown(self) -> None:
         """The socket is gone: cancel every context at once and free its slot."""
         self.closed = True
+        self.engine.unwatch(self._engine_lost)
         self._cancel_all()
         self._outbox.close()
 

@@ -85,7 +85,7 @@ class Utterance:
         else:
             self._streamer, self._segmenter = None, TextSegmenter(config)
         lead = None if live else rt.model_config.engine.offline_max_lead_s
-        self.handle = rt.client.open(
+        self.handle = rt.place().open(
             params,
             self._arrived,
             lead,

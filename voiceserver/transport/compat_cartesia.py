@@ -87,7 +87,7 @@ async def cartesia_websocket(ws: WebSocket) -> None:
     if admission is None:
         return
     await ws.accept()
-    if rt.engine.full:
+    if rt.full:
         await refuse_full(ws, rt, ENDPOINT)
         return
     caps = rt.model.capabilities

@@ -165,7 +165,7 @@ async def _serve(ws: WebSocket, *, multi: bool, dialogue: bool = False) -> None:
         await _refuse(ws, rt, err, multi=multi, dialogue=dialogue)
         return
     await ws.accept()
-    if rt.engine.full:
+    if rt.full:
         await refuse_full(ws, rt, ENDPOINT)
         return
     caps = rt.model.capabilities

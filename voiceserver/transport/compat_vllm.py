@@ -876,7 +876,7 @@ async def vllm_speech_stream(ws: WebSocket) -> None:
     if admission is None:
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
-    if rt.engine.full:
+    if rt.full:
         await refuse_full(ws, rt, ENDPOINT)
         return
     rt.session_opened(ENDPOINT)

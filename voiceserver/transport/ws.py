@@ -123,7 +123,7 @@ async def speech_websocket(ws: WebSocket) -> None:
         )
         return
     await ws.accept(subprotocol=chosen_subprotocol(ws.headers))
-    if rt.engine.full:
+    if rt.full:
         await refuse_full(ws, rt, "ws")
         return
     session = SpeechSession(rt, proto, WebSocketPeer(ws), client, admission.expires_at)

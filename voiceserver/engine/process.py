@@ -1,0 +1,286 @@
+"""An engine in a process of its own: the child's side of the pipe.
+
+``engine_main`` runs in a child started by :class:`~voiceserver.engine.remote.RemoteEngine`
+(one per GPU, or several on a CPU): it pins the GPU it was given, loads the model,
+starts the engine thread and serves the pipe until the front end closes it or
+asks it to stop. The pipe's reader puts inbox messages straight into the engine's
+inbox, answers cheap calls in place (validation), and runs the slow ones on
+worker threads: preparing contexts (reference audio, clone encoders) on a pool,
+encoding text on one thread so that a context's pieces stay in order. What a
+context's preparation made stays here (it may hold device state) until its
+``Ready`` arrives; the front end holds a :class:`~voiceserver.engine.wire.Staged`
+token for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+from models.base import ModelRunner, Prepared, SynthParams
+from voiceserver.config import ModelConfig
+from voiceserver.engine.core import EngineCore
+from voiceserver.engine.messages import (
+    Cancel,
+    ContextFailed,
+    EngineBatch,
+    Ready,
+    Register,
+    Shutdown,
+)
+from voiceserver.engine.wire import (
+    Call,
+    Discard,
+    Events,
+    Failure,
+    Hello,
+    Reply,
+    Report,
+    Staged,
+    StartFailed,
+)
+from voiceserver.metrics import EngineObserver
+
+log = logging.getLogger(__name__)
+
+REPORT_EVERY_S = 0.02
+"""How often the engine process reports its figures (placement and admission read them)."""
+SWITCH_INTERVAL_S = 0.001
+"""The interpreter's thread switch interval in the engine process: the pipe's reader
+gets the interpreter within this while the engine thread runs Python, so a call the
+front end waits for (validation) is answered promptly."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine process is started with (picklable)."""
+
+    model_config: ModelConfig
+    index: int
+    """The engine's number (its metrics label)."""
+    gpu: int | None = None
+    """The GPU it owns (it sees only this one, as ``cuda:0``); None: no pinning."""
+    prepare_threads: int = 4
+    log_level: str = "INFO"
+
+
+def engine_main(conn: Connection, spec: EngineSpec) -> None:
+    """The child process's body."""
+    if spec.gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)  # before anything touches CUDA
+    logging.basicConfig(
+        level=spec.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s engine{spec.index} %(name)s: %(message)s",
+    )
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        host = EngineHost.start(conn, spec)
+    except BaseException as exc:  # noqa: BLE001 - told to the parent, which names it
+        log.exception("the engine could not start")
+        conn.send(StartFailed(f"{type(exc).__name__}: {exc}"))
+        conn.close()
+        return
+    host.serve()
+
+
+class _Recorder:
+    """Observations of the engine thread, kept until the next report."""
+
+    def __init__(self) -> None:
+        self.ar: list[int] = []
+        self.vocoder: list[int] = []
+        self.steps: list[float] = []
+
+    def observer(self) -> EngineObserver:
+        return EngineObserver(self.ar.append, self.vocoder.append, self.steps.append)
+
+    def take(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]:
+        # The lists are emptied in place: the observer's bound appends keep working.
+        ar, vocoder, steps = tuple(self.ar), tuple(self.vocoder), tuple(self.steps)
+        del self.ar[: len(ar)], self.vocoder[: len(vocoder)], self.steps[: len(steps)]
+        return ar, vocoder, steps
+
+
+class EngineHost:
+    def __init__(self, conn: Connection, core: EngineCore, spec: EngineSpec, recorder: _Recorder):
+        self.conn = conn
+        self.core = core
+        self.runner: ModelRunner = core.runner
+        self._recorder = recorder
+        self._send_lock = threading.Lock()
+        self._prepare_pool = ThreadPoolExecutor(spec.prepare_threads, thread_name_prefix="prepare")
+        self._text_pool = ThreadPoolExecutor(1, thread_name_prefix="text")
+        self._staged: dict[int, Prepared] = {}
+        self._preparing: set[int] = set()
+        self._dropped: set[int] = set()
+        """Contexts dropped while their preparation ran: its result is thrown away."""
+        self._staged_lock = threading.Lock()
+        self._registered = 0
+        self._stop = threading.Event()
+
+    @classmethod
+    def start(cls, conn: Connection, spec: EngineSpec) -> EngineHost:
+        from models.registry import resolve
+        from voiceserver.sizing import memory_line, size_model
+
+        sized = size_model(spec.model_config)
+        config = sized.config
+        for line in sized.lines:
+            log.info("%s", line)
+        model = resolve(config.family)(config.model, config.checkpoint)
+        recorder = _Recorder()
+        core = EngineCore(model, config.engine, recorder.observer())
+        core.start()
+        if (line := memory_line(config)) is not None:
+            log.info("%s", line)
+        host = cls(conn, core, spec, recorder)
+        device = str(config.model.get("device", "cpu"))
+        if spec.gpu is not None:
+            device = f"{device} (GPU {spec.gpu})"
+        aligns = type(model.runner).aligns_words is not ModelRunner.aligns_words
+        conn.send(
+            Hello(model.capabilities, core.config, core.snapshot(), os.getpid(), device, aligns)
+        )
+        return host
+
+    # -- the pipe -----------------------------------------------------------------
+
+    def send(self, message: object) -> None:
+        with self._send_lock:
+            self.conn.send(message)
+
+    def serve(self) -> None:
+        reporter = threading.Thread(target=self._report, name="engine-report", daemon=True)
+        reporter.start()
+        try:
+            while True:
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError):
+                    break  # the front end is gone
+                if isinstance(message, Shutdown):
+                    break
+                self._take(message)
+        finally:
+            self._stop.set()
+            self.core.stop()
+            self._prepare_pool.shutdown(wait=False, cancel_futures=True)
+            self._text_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _take(self, message: Any) -> None:
+        if isinstance(message, Call):
+            self._call(message)
+        elif isinstance(message, Register):
+            self._register(message)
+        elif isinstance(message, Ready):
+            prepared = message.prepared
+            if isinstance(prepared, Staged):
+                with self._staged_lock:
+                    found = self._staged.pop(message.cid, None)
+                if found is None:
+                    return  # dropped meanwhile: nothing to run
+                message = Ready(message.cid, found)
+            self.core.submit(message)
+        elif isinstance(message, Discard):
+            self._drop(message.cid)
+        else:
+            if isinstance(message, Cancel):
+                self._drop(message.cid)
+            self.core.submit(message)
+
+    def _register(self, message: Register) -> None:
+        reserved = self.core.reserve(message.cid, check_load=False)
+        self._registered += 1
+        if reserved is None:
+            # The front end counted on a slot this engine no longer has (its figures
+            # were a report old): refuse this context alone.
+            refused = ContextFailed(
+                message.cid, "overloaded", "the engine is at capacity; retry in a moment"
+            )
+            self.send(Events(message.client, EngineBatch([refused])))
+            return
+        self.core.submit(message)
+
+    def _drop(self, cid: int) -> None:
+        with self._staged_lock:
+            self._staged.pop(cid, None)
+            if cid in self._preparing:
+                self._dropped.add(cid)
+
+    def _report(self) -> None:
+        while not self._stop.wait(REPORT_EVERY_S):
+            registered = self._registered  # before the snapshot: never under-counts
+            snapshot = replace(self.core.snapshot(), registered=registered)
+            ar, vocoder, steps = self._recorder.take()
+            try:
+                self.send(Report(snapshot, ar, vocoder, steps))
+            except (OSError, ValueError):
+                return  # the pipe is closed
+
+    # -- calls ----------------------------------------------------------------------
+
+    def _call(self, call: Call) -> None:
+        method = call.method
+        if method in _INLINE:
+            self._answer(call, lambda: _INLINE[method](self, *call.args))
+        elif method == "prepare":
+            cid = call.args[0]
+            with self._staged_lock:
+                self._preparing.add(cid)
+            self._prepare_pool.submit(self._answer, call, lambda: self._prepare(*call.args))
+        elif method == "clone_voice":
+            self._prepare_pool.submit(
+                self._answer, call, lambda: self.runner.clone_voice(*call.args)
+            )
+        elif method in ("encode_text", "encode_aligned"):
+            fn = getattr(self.runner, method)
+            self._text_pool.submit(self._answer, call, lambda: fn(*call.args))
+        else:
+            self.send(Reply(call.id, failure=Failure(f"no call {method!r}", kind="ValueError")))
+
+    def _answer(self, call: Call, fn: Callable[[], Any]) -> None:
+        try:
+            reply = Reply(call.id, fn())
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
+            if not isinstance(exc, ValueError):
+                log.exception("call %s failed", call.method)
+            reply = Reply(call.id, failure=Failure.of(exc))
+        try:
+            self.send(reply)
+        except (OSError, ValueError):
+            pass  # the front end is gone
+
+    def _prepare(self, cid: int, params: SynthParams) -> Staged:
+        try:
+            prepared = self.core.prepare(cid, params)
+        finally:
+            with self._staged_lock:
+                self._preparing.discard(cid)
+                dropped = cid in self._dropped
+                self._dropped.discard(cid)
+        if not dropped:
+            with self._staged_lock:
+                self._staged[cid] = prepared
+        return Staged(cid=cid)
+
+    def _attach(self) -> int:
+        box: list[int] = []
+        client = self.core.attach(lambda batch: self.send(Events(box[0], batch)))
+        box.append(client)
+        return client
+
+
+_INLINE: dict[str, Callable[..., Any]] = {
+    "attach": EngineHost._attach,
+    "validate": lambda host, params: host.runner.validate(params),
+    "aligns_words": lambda host, params: host.runner.aligns_words(params),
+    "voice_settings": lambda host, voice: host.runner.voice_settings(voice),
+}
+"""Calls answered on the pipe's reader: cheap and pure (the front end waits for them)."""
