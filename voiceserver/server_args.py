@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from voiceserver.config import ModelConfig, ServerConfig
+from voiceserver.config import EnginesConfig, ModelConfig, ServerConfig
 
 
 def key_values(pairs: list[str], flag: str) -> dict[str, Any]:
@@ -54,6 +54,19 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="model weights' dtype (same as --option dtype=...; float32 is the CPU default)",
     )
     parser.add_argument("--device", default=None, help="model device, e.g. cpu or cuda:0")
+    parser.add_argument(
+        "--gpus",
+        default=None,
+        help="one engine process per GPU behind the one port: 'all' or indices (0,1,3);"
+        " sessions go to the engine with the most headroom",
+    )
+    parser.add_argument(
+        "--engines",
+        type=int,
+        default=None,
+        help="run N engine processes (each loads the model; on a CPU or one device);"
+        " default: one engine, a thread of the server's process",
+    )
     parser.add_argument("--api-key", action="append", default=[], help="accept this bearer key")
     parser.add_argument(
         "--voices-dir",
@@ -191,6 +204,10 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ServerConfig, ModelConf
         limits = parse_options(Limits, key_values(args.limit, "--limit"), "limit")
     except ValueError as exc:
         raise SystemExit(f"--limit: {exc}") from None
+    try:
+        engines = engines_config(args.gpus, args.engines)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     server = ServerConfig(
         host=args.host,
         limits=limits,
@@ -202,5 +219,35 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ServerConfig, ModelConf
         allowed_hosts=allowed_hosts,
         demo_page=not args.no_demo,
         media=media,
+        engines=engines,
     )
     return server, model_config
+
+
+def engines_config(gpus: str | None, processes: int | None) -> EnginesConfig:
+    """``--gpus`` / ``--engines`` as an EnginesConfig; ValueError naming the flag."""
+    if gpus is None:
+        if processes is None:
+            return EnginesConfig()
+        if processes < 1:
+            raise ValueError(f"--engines: must be 1 or more, got {processes}")
+        return EnginesConfig(processes=processes)
+    if gpus.strip() == "all":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ValueError("--gpus all: no CUDA GPU is visible")
+        indices = tuple(range(count))
+    else:
+        try:
+            indices = tuple(int(part) for part in gpus.split(",") if part.strip())
+        except ValueError:
+            raise ValueError(
+                f"--gpus: 'all' or comma-separated indices (0,1), got {gpus!r}"
+            ) from None
+        if not indices:
+            raise ValueError("--gpus: name at least one GPU (or 'all')")
+    if processes is not None and processes != len(indices):
+        raise ValueError(f"--engines {processes} and --gpus {gpus}: one engine per GPU")
+    return EnginesConfig.on_gpus(indices)

@@ -138,6 +138,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise SystemExit("--min-replicas must be between 0 and --max-replicas")
     if args.replicas is not None and args.replicas < 1:
         raise SystemExit("--replicas must be at least 1")
+    if args.gpus is not None:
+        raise SystemExit(
+            "--gpus: on Ray, each replica gets its GPUs from Ray (--gpus-per-replica); a"
+            " replica is one server, with --engines N engine processes if you want several"
+        )
     if args.target_streams <= 0:
         raise SystemExit("--target-streams must be above 0")
     return args
