@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -11,11 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from voiceserver.app import create_app
-from voiceserver.config import ModelConfig, ServerConfig
+from voiceserver.config import EnginesConfig, ModelConfig, ServerConfig
 from voiceserver.server import build_server
 
 TEST_SHUTDOWN_S = 2.0
 """Tests stop their servers with work possibly still running: a short drain."""
+ENGINES_ENV = "VOICESERVER_TEST_ENGINES"
+"""Set to N: every test server runs N engine processes instead of its engine thread
+(``tests/e2e/test_engine_process_suite.py`` runs suites so)."""
 
 
 @dataclass
@@ -42,6 +46,9 @@ def run_server(
     model_config: ModelConfig, server_config: ServerConfig | None = None, log_level: str = "warning"
 ) -> Iterator[RunningServer]:
     server_config = server_config or ServerConfig()
+    processes = int(os.environ.get(ENGINES_ENV, "0"))
+    if processes and not server_config.engines.processes:
+        server_config = replace(server_config, engines=EnginesConfig(processes=processes))
     server_config = replace(
         server_config, shutdown_timeout_s=min(server_config.shutdown_timeout_s, TEST_SHUTDOWN_S)
     )

@@ -433,11 +433,11 @@ async def test_text_over_the_limit(tiny_server: RunningServer) -> None:
 
 
 async def wait_for_no_contexts(server: RunningServer, timeout: float = 5) -> None:
-    stats = server.runtime.engine.stats
+    engine = server.runtime.engine
     deadline = time.monotonic() + timeout
-    while stats.active_contexts and time.monotonic() < deadline:
+    while engine.snapshot().active_contexts and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert stats.active_contexts == 0
+    assert engine.snapshot().active_contexts == 0
 
 
 async def test_closing_mid_stream_frees_the_engine_slot(tiny_server: RunningServer) -> None:
@@ -450,7 +450,7 @@ async def test_closing_mid_stream_frees_the_engine_slot(tiny_server: RunningServ
     await client.send(type="input.done")
     assert isinstance(await client.recv(), dict)  # audio.start
     assert isinstance(await client.recv(), bytes)
-    assert tiny_server.runtime.engine.stats.active_contexts == 1
+    assert tiny_server.runtime.engine.snapshot().active_contexts == 1
     await client.close()
     await wait_for_no_contexts(tiny_server)
 

@@ -201,7 +201,7 @@ async def test_token_level_disconnect_frees_the_engine_slot(tiny_server: Running
     await client.send(type="session.config", **TOKEN_LEVEL)
     await client.send(type="input.text", text="The first words, and then nothing")
     await first_audio(client)
-    assert tiny_server.runtime.engine.stats.active_contexts == 1
+    assert tiny_server.runtime.engine.snapshot().active_contexts == 1
     await client.close()
     await wait_for_no_contexts(tiny_server)
 

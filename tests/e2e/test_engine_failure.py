@@ -31,4 +31,4 @@ async def test_model_failure_is_an_error_for_that_context_and_the_session_goes_o
         done = await client.until("context.done", "good")
         assert done["audio_ms"] == (len("still fine") + 3) * 20
         await client.close()
-        assert server.runtime.engine.stats.active_slots == 0
+        assert server.runtime.engine.snapshot().used_slots == 0

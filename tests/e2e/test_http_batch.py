@@ -30,7 +30,7 @@ def http(tiny_server: RunningServer) -> Iterator[httpx.Client]:
 def no_leaks(tiny_server: RunningServer) -> Iterator[None]:
     yield
     deadline = time.monotonic() + 5
-    while tiny_server.runtime.engine.stats.active_contexts:
+    while tiny_server.runtime.engine.snapshot().active_contexts:
         assert time.monotonic() < deadline, "an engine context leaked"
         time.sleep(0.02)
 
@@ -170,12 +170,12 @@ def test_malformed_json_is_a_400(http: httpx.Client) -> None:
 
 
 def test_items_run_concurrently(http: httpx.Client, tiny_server: RunningServer) -> None:
-    stats = tiny_server.runtime.engine.stats
+    engine = tiny_server.runtime.engine
     peak, done = [0], threading.Event()
 
     def watch() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], stats.active_contexts)
+            peak[0] = max(peak[0], engine.snapshot().active_contexts)
             time.sleep(0.0005)
 
     watcher = threading.Thread(target=watch)

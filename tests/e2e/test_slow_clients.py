@@ -50,7 +50,7 @@ async def wait_until(condition: Callable[[], bool], timeout: float, what: str) -
 
 def idle(server: RunningServer) -> Callable[[], bool]:
     rt = server.runtime
-    return lambda: rt.engine.stats.active_contexts == 0 and rt.sessions_open == 0
+    return lambda: rt.engine.snapshot().active_contexts == 0 and rt.sessions_open == 0
 
 
 @pytest.fixture
@@ -69,7 +69,9 @@ async def test_a_socket_that_never_reads_is_dropped_and_its_contexts_freed(
         await ws.send(json.dumps(create))
         await ws.send(json.dumps({"type": "text.append", "context_id": f"c{i}", "text": LONG_TEXT}))
         await ws.send(json.dumps({"type": "context.end", "context_id": f"c{i}"}))
-    await wait_until(lambda: server.runtime.engine.stats.active_contexts > 0, 10, "contexts run")
+    await wait_until(
+        lambda: server.runtime.engine.snapshot().active_contexts > 0, 10, "contexts run"
+    )
     await wait_until(idle(server), 20, "the session is dropped and its contexts freed")
     await ws.close()
     assert errors_logged() == []
@@ -138,9 +140,9 @@ async def test_an_unread_http_body_is_dropped_and_its_context_freed(
     body = {"input": LONG_TEXT, "response_format": "wav", "sample_rate": 48000}
     sock = raw_post(server, "/v1/audio/speech", body)
     try:
-        await wait_until(lambda: rt.engine.stats.active_contexts > 0, 10, "the request runs")
+        await wait_until(lambda: rt.engine.snapshot().active_contexts > 0, 10, "the request runs")
         await wait_until(
-            lambda: rt.engine.stats.active_contexts == 0 and rt.lifecycle.busy == 0,
+            lambda: rt.engine.snapshot().active_contexts == 0 and rt.lifecycle.busy == 0,
             20,
             "the unread response is dropped and its context freed",
         )
@@ -162,7 +164,7 @@ async def test_an_abandoned_batch_is_freed_at_once(server: RunningServer) -> Non
             http.post("/v1/audio/speech/batch", json={"items": items}, timeout=120)
         )
         await wait_until(
-            lambda: rt.engine.stats.active_contexts >= LIMITS.max_batch_items // 2,
+            lambda: rt.engine.snapshot().active_contexts >= LIMITS.max_batch_items // 2,
             20,
             "the batch runs",
         )
@@ -170,7 +172,7 @@ async def test_an_abandoned_batch_is_freed_at_once(server: RunningServer) -> Non
         with pytest.raises(asyncio.CancelledError):
             await request
         left_at = time.monotonic()
-        await wait_until(lambda: rt.engine.stats.active_contexts == 0, 5, "the batch is freed")
+        await wait_until(lambda: rt.engine.snapshot().active_contexts == 0, 5, "the batch is freed")
         assert time.monotonic() - left_at < 5
     await wait_until(lambda: rt.lifecycle.busy == 0, 5, "the request is over")
 
@@ -180,10 +182,10 @@ async def test_a_client_leaving_before_the_first_audio_cancels_the_request(
 ) -> None:
     rt = server.runtime
     sock = raw_post(server, "/v1/audio/speech", {"input": LONG_TEXT, "response_format": "mp3"})
-    await wait_until(lambda: rt.engine.stats.active_contexts > 0, 10, "the request runs")
+    await wait_until(lambda: rt.engine.snapshot().active_contexts > 0, 10, "the request runs")
     sock.close()
     await wait_until(
-        lambda: rt.engine.stats.active_contexts == 0 and rt.lifecycle.busy == 0,
+        lambda: rt.engine.snapshot().active_contexts == 0 and rt.lifecycle.busy == 0,
         5,
         "the abandoned request is freed",
     )

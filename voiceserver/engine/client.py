@@ -53,8 +53,8 @@ from voiceserver.engine.messages import (
 )
 from voiceserver.engine.prepare import FairPreparer, PrepareJob
 from voiceserver.engine.tempo import StretchedEvents
-from voiceserver.engine.wire import EngineLost
-from voiceserver.engine.words import TimedWords, WordTable
+from voiceserver.engine.wire import AppendText, EngineLost, WordSpans
+from voiceserver.engine.words import TimedWords, WordTable, renumbered
 from voiceserver.quotas import ClientCounts
 
 log = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ class EngineClient:
                 aligned = self.runner.encode_aligned(text)
                 units = tuple(aligned.units)
                 first = words.add(text, offset, aligned.spans)
-                located = tuple(_renumbered(table, first) for table in aligned.words)
+                located = tuple(renumbered(table, first) for table in aligned.words)
         except ModelInputError as exc:
             return ContextFailed(cid, exc.code, str(exc), exc.param)
         except EngineLost:
@@ -329,6 +329,10 @@ class EngineClient:
                 handle.ended = True
             if isinstance(event, ContextReleased):
                 continue  # the front end forgot the context when it cancelled
+            if isinstance(event, WordSpans):
+                if handle.words is not None:
+                    handle.words.add(event.text, event.offset, event.spans)
+                continue
             if isinstance(event, WordTimings):
                 timed = handle.words.timed(event) if handle.words is not None else None
                 if timed is not None:
@@ -339,13 +343,6 @@ class EngineClient:
     @property
     def open_contexts(self) -> int:
         return len(self._handles)
-
-
-def _renumbered(table: np.ndarray, first: int) -> np.ndarray:
-    """A unit's ``(word, first id, end id)`` rows with words counted over the context."""
-    out = np.array(table, np.int64).reshape(-1, 3)
-    out[:, 0] += first
-    return out
 
 
 class ContextHandle:
@@ -439,12 +436,19 @@ class ContextHandle:
         start = self._text_end if offset is None else offset
         self._text_end = start + len(text)
         owner, words = self.owner, self.words
+        if owner.engine.encodes_text:  # in the order sent, where the model lives
+            aligned = words is not None
+            owner.engine.submit(AppendText(self.cid, owner._id, text, flush_id, start, aligned))
+            return
         owner._text_job(self, lambda: owner._encode(self.cid, text, flush_id, words, start))
 
     def close_input(self) -> None:
         if self._failed:
             return
         engine = self.owner.engine
+        if engine.encodes_text:
+            engine.submit(CloseInput(self.cid))  # after the text, in order
+            return
 
         def close() -> None:
             engine.submit(CloseInput(self.cid))

@@ -186,6 +186,9 @@ class EngineCore:
     def forget(self, cid: int) -> None:
         """A context the engine never registered is gone: nothing is kept for it here."""
 
+    encodes_text = False
+    """The engine client encodes text for an engine thread (``AppendUnits``)."""
+
     lost = False
     """An engine thread lives as long as the server (only an engine process can die)."""
 

@@ -21,6 +21,9 @@ class Engine(Protocol):
     config: EngineConfig
     lost: bool
     """The engine died (only an engine process can): nothing it held will finish."""
+    encodes_text: bool
+    """Text goes to the engine as ``AppendText`` and is encoded there, in order (an
+    engine process); False: the engine client encodes it into ``AppendUnits``."""
 
     @property
     def max_slots(self) -> int: ...

@@ -24,18 +24,22 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from models.base import ModelRunner, Prepared, SynthParams
+from models.base import ModelInputError, ModelRunner, Prepared, SynthParams
 from voiceserver.config import ModelConfig
 from voiceserver.engine.core import EngineCore
 from voiceserver.engine.messages import (
+    AppendUnits,
     Cancel,
+    CloseInput,
     ContextFailed,
     EngineBatch,
+    EngineEvent,
     Ready,
     Register,
     Shutdown,
 )
 from voiceserver.engine.wire import (
+    AppendText,
     Call,
     Discard,
     Events,
@@ -45,7 +49,9 @@ from voiceserver.engine.wire import (
     Report,
     Staged,
     StartFailed,
+    WordSpans,
 )
+from voiceserver.engine.words import renumbered
 from voiceserver.metrics import EngineObserver
 
 log = logging.getLogger(__name__)
@@ -69,6 +75,12 @@ class EngineSpec:
     """The GPU it owns (it sees only this one, as ``cuda:0``); None: no pinning."""
     prepare_threads: int = 4
     log_level: str = "INFO"
+
+
+def _failed(cid: int, exc: Exception) -> EngineEvent:
+    if isinstance(exc, ModelInputError):
+        return ContextFailed(cid, exc.code, str(exc), exc.param)
+    return ContextFailed(cid, "internal_error", f"text frontend failed: {exc}")
 
 
 def engine_main(conn: Connection, spec: EngineSpec) -> None:
@@ -124,6 +136,8 @@ class EngineHost:
         self._staged_lock = threading.Lock()
         self._registered = 0
         self._stop = threading.Event()
+        self._words: dict[int, int] = {}
+        """Words of each word-timed context so far (its next piece's first word)."""
 
     @classmethod
     def start(cls, conn: Connection, spec: EngineSpec) -> EngineHost:
@@ -179,21 +193,69 @@ class EngineHost:
             self._call(message)
         elif isinstance(message, Register):
             self._register(message)
-        elif isinstance(message, Ready):
-            prepared = message.prepared
-            if isinstance(prepared, Staged):
-                with self._staged_lock:
-                    found = self._staged.pop(message.cid, None)
-                if found is None:
-                    return  # dropped meanwhile: nothing to run
-                message = Ready(message.cid, found)
-            self.core.submit(message)
+        elif isinstance(message, AppendText | CloseInput | Ready):
+            # In the order sent, encoded text before what follows it.
+            self._in_order(lambda: self._ordered(message))
         elif isinstance(message, Discard):
             self._drop(message.cid)
         else:
             if isinstance(message, Cancel):
                 self._drop(message.cid)
+                self._words.pop(message.cid, None)
             self.core.submit(message)
+
+    def _in_order(self, job: Callable[[], None]) -> None:
+        if self.runner.encodes_inline:
+            job()
+        else:
+            self._text_pool.submit(job)
+
+    def _ordered(self, message: AppendText | CloseInput | Ready) -> None:
+        if isinstance(message, AppendText):
+            self._append(message)
+            return
+        if isinstance(message, CloseInput):
+            self._words.pop(message.cid, None)  # no more text comes
+        if isinstance(message, Ready) and isinstance(message.prepared, Staged):
+            with self._staged_lock:
+                found = self._staged.pop(message.cid, None)
+            if found is None:
+                return  # dropped meanwhile: nothing to run
+            message = Ready(message.cid, found)
+        self.core.submit(message)
+
+    def _append(self, piece: AppendText) -> None:
+        cid, events = piece.cid, []
+        located: tuple[Any, ...] = ()
+        try:
+            if not piece.text:
+                units: tuple[Any, ...] = ()
+            elif not piece.aligned:
+                units = tuple(self.runner.encode_text(piece.text))
+            else:
+                aligned = self.runner.encode_aligned(piece.text)
+                units = tuple(aligned.units)
+                first = self._words.get(cid, 0)
+                self._words[cid] = first + len(aligned.spans)
+                located = tuple(renumbered(table, first) for table in aligned.words)
+                spans = WordSpans(cid, piece.text, piece.offset, aligned.spans)
+                events.append(spans)
+        except Exception as exc:  # noqa: BLE001 - the context fails, the engine goes on
+            if not isinstance(exc, ModelInputError):
+                log.exception("encoding text failed")
+            self.core.submit(Cancel(cid))
+            self._tell(piece.client, [_failed(cid, exc)])
+            return
+        if events:
+            self._tell(piece.client, events)  # before any timing that names these words
+        if units or piece.flush_id is not None:
+            self.core.submit(AppendUnits(cid, units, piece.flush_id, located))
+
+    def _tell(self, client: int, events: list[Any]) -> None:
+        try:
+            self.send(Events(client, EngineBatch(events)))
+        except (OSError, ValueError):
+            pass  # the front end is gone
 
     def _register(self, message: Register) -> None:
         reserved = self.core.reserve(message.cid, check_load=False)

@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 
 
 class RemoteEngine:
+    encodes_text = True
+    """Text is encoded in the engine process, in the order sent (``AppendText``)."""
+
     def __init__(self, spec: EngineSpec, observer: EngineObserver | None = None) -> None:
         """Start the engine process (it loads the model meanwhile: :meth:`wait_ready`)."""
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked CUDA

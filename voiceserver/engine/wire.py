@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from models.base import Capabilities, ModelInputError, Prepared
 from voiceserver.engine.core import EngineConfig
 from voiceserver.engine.messages import EngineBatch
@@ -126,3 +128,30 @@ class Staged(Prepared):
     carries it is matched there to what ``prepare`` made for its context."""
 
     cid: int = -1
+
+
+@dataclass(frozen=True)
+class AppendText:
+    """A piece of a context's text, encoded in the engine process in the order the
+    pieces were sent (and before a ``Ready`` sent after them), so that what a model
+    sees at admission does not depend on how long the pipe took."""
+
+    cid: int
+    client: int
+    text: str
+    flush_id: int | None = None
+    offset: int = 0
+    """Where ``text`` starts in the context's whole text (word timing indexes it)."""
+    aligned: bool = False
+    """The context gets word timing: the engine process answers with :class:`WordSpans`."""
+
+
+@dataclass(frozen=True)
+class WordSpans:
+    """The words of one piece of text, as the model cut them, sent to the front end
+    before any word timing that names them (an event in the context's batch)."""
+
+    cid: int
+    text: str
+    offset: int
+    spans: np.ndarray

@@ -98,3 +98,10 @@ class WordTable:
                 TimedWord(self._texts[index], start, end, self._starts[index], self._ends[index])
             )
         return TimedWords(event.cid, tuple(out)) if out else None
+
+
+def renumbered(table: np.ndarray, first: int) -> np.ndarray:
+    """A unit's ``(word, first id, end id)`` rows with words counted over the context."""
+    out = np.array(table, np.int64).reshape(-1, 3)
+    out[:, 0] += first
+    return out

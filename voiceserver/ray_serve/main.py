@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import threading
 from types import FrameType
 
 from voiceserver.ray_serve.app import application_of
-from voiceserver.ray_serve.options import parse
+from voiceserver.ray_serve.options import ReplicaOptions, parse
 from voiceserver.ray_serve.proxy import CALLBACK_ENV, CALLBACK_PATH
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,28 @@ def main(argv: list[str]) -> None:
     from ray import serve
 
     _connect(args.address)
+    options = deploy(args)
+    if args.detach:
+        log.info("detached: `serve delete %s` drains and removes it", options.app_name)
+        return
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    stop.wait()
+    log.info("draining and deleting the application %r", options.app_name)
+    serve.delete(options.app_name)
+    ray.shutdown()
+
+
+def deploy(args: argparse.Namespace) -> ReplicaOptions:
+    """Start Serve on the connected cluster (proxies on ``--host``/``--port``) and deploy
+    the application; returns once its replicas are up."""
+    from ray import serve
+
     app, options = application_of(args)
     serve.start(
         proxy_location=args.proxy_location,
@@ -38,20 +61,7 @@ def main(argv: list[str]) -> None:
         where,
         where.replace("http", "ws", 1),
     )
-    if args.detach:
-        log.info("detached: `serve delete %s` drains and removes it", options.app_name)
-        return
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
-    stop.wait()
-    log.info("draining and deleting the application %r", options.app_name)
-    serve.delete(options.app_name)
-    ray.shutdown()
+    return options
 
 
 def _connect(address: str | None) -> None:
