@@ -9,6 +9,7 @@ cores); the tests run in order and the last one redeploys it.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,8 @@ from voiceserver.ray_serve.replica_header import REPLICA_HEADER
 pytestmark = pytest.mark.slow
 
 APP = "voiceserver"
+KEY = "ray-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 SHUTDOWN_S = 8.0
 """Long enough for the ended contexts to finish on a loaded 2-core machine (~3 s)."""
 NOISELESS = ("--option", "noise_scale=0", "--option", "noise_w_scale=0")
@@ -43,6 +46,8 @@ ARGS = (
     *NOISELESS,
     "--shutdown-timeout",
     str(SHUTDOWN_S),
+    "--api-key",
+    KEY,
     "--cpus-per-replica",
     "1",
     "--log-level",
@@ -131,26 +136,28 @@ def cluster() -> Iterator[Cluster]:
         _wait_for(lambda: _replica_tag(running.http) is not None, 30, "the proxy", running)
         yield running
     finally:
-        main.send_signal(2)  # SIGINT: voiceserver ray drains and deletes the application
+        main.send_signal(signal.SIGINT)  # Ctrl-C: voiceserver ray deletes the app and exits
         try:
-            main.wait(timeout=60)
+            exited = main.wait(timeout=60)
         except subprocess.TimeoutExpired:
             main.kill()
+            exited = None
         serve.shutdown()
         ray.shutdown()
+    assert exited == 0, running.tail()
 
 
 @pytest.fixture(scope="module")
 def direct() -> Iterator[RunningServer]:
     """One plain server of the same model: the reference a replica must equal."""
     config = load_model_config("piper-joe", {"noise_scale": 0, "noise_w_scale": 0})
-    with run_server(config, ServerConfig()) as server:
+    with run_server(config, ServerConfig(api_keys=(KEY,))) as server:
         yield server
 
 
 async def speak(url: str, text: str) -> tuple[bytes, str]:
     """One native session, one context: its PCM and the replica that served it."""
-    client = await Client.connect(url)
+    client = await Client.connect(url, additional_headers=AUTH)
     await client.send(type="text.append", context_id="a", text=text)
     await client.send(type="context.end", context_id="a")
     await client.until("context.done", "a")
@@ -160,7 +167,7 @@ async def speak(url: str, text: str) -> tuple[bytes, str]:
 
 async def speak_flushed(url: str, text: str) -> bytes:
     """A context left open after a flushed text: its PCM up to ``context.flushed``."""
-    client = await Client.connect(url)
+    client = await Client.connect(url, additional_headers=AUTH)
     await client.send(type="text.append", context_id="a", text=text, flush=True)
     await client.until("context.flushed", "a")
     await client.ws.close()
@@ -182,25 +189,26 @@ async def test_vllm_socket_through_the_proxy_equals_a_direct_server(
     cluster: Cluster, direct: RunningServer
 ) -> None:
     config = {"response_format": "pcm"}
-    expected = await vllm_session(direct, config, TEXT)
+    expected = await vllm_session(direct, config, TEXT, AUTH)
     assert len(expected) > 24000
-    assert await vllm_session(cluster.proxy, config, TEXT) == expected
+    assert await vllm_session(cluster.proxy, config, TEXT, AUTH) == expected
 
 
 def test_http_speech_through_the_proxy_equals_a_direct_server(
     cluster: Cluster, direct: RunningServer
 ) -> None:
     body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm"}
-    expected = httpx.post(f"{direct.http}/v1/audio/speech", json=body, timeout=60)
+    url = "/v1/audio/speech"
+    expected = httpx.post(f"{direct.http}{url}", json=body, headers=AUTH, timeout=60)
     assert expected.status_code == 200 and len(expected.content) > 24000
-    response = httpx.post(f"{cluster.http}/v1/audio/speech", json=body, timeout=60)
+    response = httpx.post(f"{cluster.http}{url}", json=body, headers=AUTH, timeout=60)
     assert response.status_code == 200, response.text
     assert response.headers.get(REPLICA_HEADER)
     assert response.content == expected.content
 
 
 async def test_sessions_spread_over_both_replicas(cluster: Cluster) -> None:
-    clients = [await Client.connect(cluster.ws) for _ in range(6)]
+    clients = [await Client.connect(cluster.ws, additional_headers=AUTH) for _ in range(6)]
     try:
         replicas = [c.ws.response.headers.get(REPLICA_HEADER) for c in clients]
         assert len(set(replicas)) == 2, replicas
@@ -212,6 +220,28 @@ async def test_sessions_spread_over_both_replicas(cluster: Cluster) -> None:
         assert len({bytes(c.got.audio["a"]) for c in clients}) == 1
     finally:
         await asyncio.gather(*(c.ws.close() for c in clients))
+
+
+async def test_a_connect_token_from_one_replica_opens_sockets_on_every_replica(
+    cluster: Cluster,
+) -> None:
+    """A browser's backend mints a token (some replica answers); the page's sockets may
+    land on any replica, and each must take it."""
+    minted = httpx.post(f"{cluster.http}/v1/auth/tokens", json={}, headers=AUTH, timeout=30)
+    assert minted.status_code == 200, minted.text
+    token = minted.json()["token"]
+    url = f"{cluster.ws}?token={token}"
+    clients = [await Client.connect(url) for _ in range(6)]  # held open: both replicas
+    try:
+        replicas = {c.ws.response.headers.get(REPLICA_HEADER) for c in clients}
+        assert len(replicas) == 2, replicas
+    finally:
+        await asyncio.gather(*(c.ws.close() for c in clients))
+    # A token the deployment never minted opens nothing.
+    forged = f"{token[:-4]}0000" if not token.endswith("0000") else f"{token[:-4]}1111"
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await websockets.connect(f"{cluster.ws}?token={forged}")
+    assert refused.value.response.status_code == 401
 
 
 async def _finish(client: Client) -> tuple[list[dict], int | None, str]:
@@ -230,7 +260,7 @@ async def test_a_killed_replica_closes_its_sessions_and_serve_restarts_it(
     cluster: Cluster, direct: RunningServer
 ) -> None:
     expected, _ = await speak(direct.ws, LONG_TEXT)
-    clients = [await Client.connect(cluster.ws) for _ in range(4)]
+    clients = [await Client.connect(cluster.ws, additional_headers=AUTH) for _ in range(4)]
     replicas = [c.ws.response.headers.get(REPLICA_HEADER) for c in clients]
     assert len(set(replicas)) == 2, replicas
     victim = replicas[0]
@@ -276,8 +306,8 @@ async def test_a_redeploy_drains_each_replica_without_losing_accepted_text(
     shutdown timeout."""
     expected, _ = await speak(direct.ws, TEXT)
     flushed = await speak_flushed(direct.ws, TEXT)
-    ended = [await Client.connect(cluster.ws) for _ in range(4)]
-    held = [await Client.connect(cluster.ws) for _ in range(2)]
+    ended = [await Client.connect(cluster.ws, additional_headers=AUTH) for _ in range(4)]
+    held = [await Client.connect(cluster.ws, additional_headers=AUTH) for _ in range(2)]
     replicas = {c.ws.response.headers.get(REPLICA_HEADER) for c in ended + held}
     assert len(replicas) == 2, replicas
     for client in ended:

@@ -11,13 +11,16 @@ life, to one replica. What the replica adds around the app:
   on SIGTERM, so busy sessions finish and the rest close with 1012;
 - ``record_autoscaling_stats``: active streams for :mod:`.autoscaling`;
 - ``check_health``: the app's own ``GET /health``, so whatever it reports as broken
-  gets the replica replaced.
+  gets the replica replaced;
+- one connect-token secret for every replica of a deployment (made when the application
+  is built), so a token minted by one replica opens sockets on all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from typing import Any
 
 from ray import serve
@@ -31,6 +34,7 @@ from voiceserver.ray_serve.autoscaling import ACTIVE_STREAMS, POLICY_PATH
 from voiceserver.ray_serve.drain import on_replica_drain
 from voiceserver.ray_serve.options import WAIT_LOOP_S, ReplicaOptions
 from voiceserver.ray_serve.replica_header import ReplicaHeader
+from voiceserver.transport.tokens import TokenSigner
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +46,10 @@ HEALTH_TIMEOUT_S = 10.0
 class VoiceServer:
     """One replica: the voice server's app, built on the replica at start-up."""
 
-    def __init__(self, server: ServerConfig, model: ModelConfig) -> None:
+    def __init__(self, server: ServerConfig, model: ModelConfig, token_secret: bytes) -> None:
         self._server_config = server
         self._model_config = model
+        self._token_secret = token_secret
         self._voice_app: Starlette | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain: asyncio.Task[None] | None = None
@@ -53,6 +58,7 @@ class VoiceServer:
         """Serve calls this once on the replica's event loop, then runs the lifespan."""
         self._loop = asyncio.get_running_loop()
         self._voice_app = create_app(self._server_config, self._model_config)
+        self._voice_app.state.token_signer = TokenSigner(self._token_secret)
         on_replica_drain(self._drain_requested)
         return ReplicaHeader(self._voice_app, serve.get_replica_context().replica_tag)
 
@@ -120,7 +126,7 @@ def build_application(
     else:
         settings["num_replicas"] = replicas
     deployment = serve.deployment(VoiceServer).options(**settings)
-    return deployment.bind(server, model)
+    return deployment.bind(server, model, secrets.token_bytes(32))
 
 
 def _gauge_total(gauge: Any) -> float:
