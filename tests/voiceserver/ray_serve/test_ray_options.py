@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
 
 from voiceserver.ray_serve.options import argv_of, configs_of, parse
+from voiceserver.ray_serve.proxy import CALLBACK_ENV, CALLBACK_PATH
 
 
 def test_builder_arguments_become_the_same_flags() -> None:
@@ -89,3 +94,18 @@ def test_nothing_imports_ray_unless_the_ray_command_runs() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_documented_serve_config_is_valid() -> None:
+    """docs/scaling.md's config file: Serve accepts it, and its args are our flags."""
+    doc = Path(__file__).resolve().parents[3] / "docs" / "scaling.md"
+    blocks = re.findall(r"```yaml\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)
+    config = yaml.safe_load(next(b for b in blocks if "applications:" in b))
+    schema = ServeDeploySchema.model_validate(config)
+    (application,) = schema.applications
+    assert application.import_path == "voiceserver.ray_serve:app_builder"
+    args = parse(argv_of(application.args))
+    assert args.min_replicas == 1 and args.max_replicas == 8
+    assert args.allowed_host == ["tts.example.com"] and args.device == "cuda"
+    env = config["controller_options"]["runtime_env"]["env_vars"]
+    assert env == {CALLBACK_ENV: CALLBACK_PATH}
