@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +99,9 @@ def _running_replicas() -> int:
     return app.deployments[DEPLOYMENT_NAME].replica_states.get("RUNNING", 0)
 
 
-def _wait_for(predicate, timeout: float, what: str, cluster: Cluster | None = None) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(
+    predicate: Callable[[], bool], timeout: float, what: str, cluster: Cluster | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if cluster is not None and cluster.main.poll() is not None:
@@ -113,6 +115,7 @@ def _wait_for(predicate, timeout: float, what: str, cluster: Cluster | None = No
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it for this process
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="voiceserver-ray-")) / "main.log"
@@ -144,6 +147,7 @@ def cluster() -> Iterator[Cluster]:
             exited = None
         serve.shutdown()
         ray.shutdown()
+        signal.signal(signal.SIGTERM, sigterm)
     assert exited == 0, running.tail()
 
 
