@@ -12,7 +12,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ ARGS = (
     "warning",
 )
 START_S = 180.0
+OBJECT_STORE_BYTES = 128 << 20
 TEXT = "Hello there, how are you today? The weather is lovely."
 LONG_TEXT = "This sentence is one of many in a long story. " * 12
 
@@ -114,11 +114,17 @@ def _wait_for(
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it for this process
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # Logical CPUs (a replica reserves one); a small object store: nothing large is shared.
+    ray.init(
+        num_cpus=4,
+        object_store_memory=OBJECT_STORE_BYTES,
+        include_dashboard=False,
+        log_to_driver=False,
+    )
     port = free_port()
-    log = Path(tempfile.mkdtemp(prefix="voiceserver-ray-")) / "main.log"
+    log = tmp_path_factory.mktemp("voiceserver-ray") / "main.log"
     command = [
         sys.executable,
         "-m",
