@@ -36,6 +36,14 @@ def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         metavar="KEY=VALUE",
         help="with --spawn: pass --engine KEY=VALUE to the server (e.g. max_ar_batch=1024)",
     )
+    parser.add_argument(
+        "--server-engines",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --spawn: run N engine processes (serve --engines N); default: the"
+        " engine as a thread of the server's process",
+    )
     parser.add_argument("--api-key", default=None)
 
 

@@ -443,7 +443,8 @@ def _target(args: argparse.Namespace) -> Iterator[str]:
             args.spawn,
             model=args.spawn_model,
             options=tuple(args.server_option),
-            args=tuple(f"--engine={e}" for e in args.server_engine),
+            args=tuple(f"--engine={e}" for e in args.server_engine)
+            + (() if args.server_engines is None else ("--engines", str(args.server_engines))),
             load_generator=True,
         ) as server:
             yield server.url
@@ -477,6 +478,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "spawn_model": str(args.spawn_model) if args.spawn_model else None,
             "server_options": list(args.server_option),
             "server_engine": list(args.server_engine),
+            "server_engines": args.server_engines,
             "processes": args.processes,
             "model": dataclasses.asdict(model) if model is not None else None,
             "concurrency": list(args.concurrency),

@@ -214,7 +214,7 @@ class EngineClient:
         if client is not None and not self.held.take(client):
             self.refused += 1
             if self.held.cap >= self.engine.max_slots:  # it holds every slot
-                raise Overloaded("the engine is at capacity; retry in a moment")
+                raise Overloaded("the engine is at capacity (this client holds every slot)")
             raise OverShare(
                 f"this client ({client.kind}) already holds {self.held.cap} contexts, its"
                 " share of the engine; end or cancel one first"
@@ -223,7 +223,7 @@ class EngineClient:
             if client is not None:
                 self.held.give(client)
             self.refused += 1
-            raise Overloaded("the engine is at capacity; retry in a moment")
+            raise Overloaded("the engine is at capacity (every slot is in use); retry in a moment")
         self.opened += 1
         self.engine.submit(Register(handle.cid, self._id, handle.max_lead_s, handle.first_chunk))
 

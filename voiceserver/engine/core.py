@@ -231,13 +231,17 @@ class EngineCore:
             self._next_id += 1
             return self._next_id
 
-    def reserve(self, cid: int | None = None, check_load: bool = True) -> int | None:
+    def reserve(
+        self, cid: int | None = None, check_load: bool = True, force: bool = False
+    ) -> int | None:
         """Reserve a slot for context ``cid`` (a :meth:`new_id`; None: a new one) and
         return its id, or None when the engine is full (every slot used or promised)
         or too loaded to keep its streams real time (unless ``check_load`` is False:
-        a benchmark that wants every context run)."""
+        a benchmark that wants every context run). ``force``: take it even when full
+        (admission was decided elsewhere, on figures a moment old): the context waits
+        for the next free slot."""
         with self._lock:
-            if self._full(check_load):
+            if not force and self._full(check_load):
                 return None
             self._reserved += 1
             if cid is None:

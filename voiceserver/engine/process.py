@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ from voiceserver.engine.messages import (
     Register,
     Shutdown,
 )
+from voiceserver.engine.snapshot import EngineSnapshot
 from voiceserver.engine.wire import (
     AppendText,
     Call,
@@ -258,16 +260,10 @@ class EngineHost:
             pass  # the front end is gone
 
     def _register(self, message: Register) -> None:
-        reserved = self.core.reserve(message.cid, check_load=False)
+        # The front end admitted it on figures a report old (never fewer contexts than
+        # there are): should a slot still be busy, the context waits for it.
+        self.core.reserve(message.cid, check_load=False, force=True)
         self._registered += 1
-        if reserved is None:
-            # The front end counted on a slot this engine no longer has (its figures
-            # were a report old): refuse this context alone.
-            refused = ContextFailed(
-                message.cid, "overloaded", "the engine is at capacity; retry in a moment"
-            )
-            self.send(Events(message.client, EngineBatch([refused])))
-            return
         self.core.submit(message)
 
     def _drop(self, cid: int) -> None:
@@ -276,10 +272,14 @@ class EngineHost:
             if cid in self._preparing:
                 self._dropped.add(cid)
 
+    def _snapshot(self) -> EngineSnapshot:
+        registered = self._registered  # before the snapshot: never under-counts
+        at = time.monotonic()  # before reading: a later stamp never holds older figures
+        return replace(self.core.snapshot(), registered=registered, at=at)
+
     def _report(self) -> None:
         while not self._stop.wait(REPORT_EVERY_S):
-            registered = self._registered  # before the snapshot: never under-counts
-            snapshot = replace(self.core.snapshot(), registered=registered)
+            snapshot = self._snapshot()
             ar, vocoder, steps = self._recorder.take()
             try:
                 self.send(Report(snapshot, ar, vocoder, steps))
@@ -334,7 +334,7 @@ class EngineHost:
 
     def _attach(self) -> int:
         box: list[int] = []
-        client = self.core.attach(lambda batch: self.send(Events(box[0], batch)))
+        client = self.core.attach(lambda batch: self.send(Events(box[0], batch, self._snapshot())))
         box.append(client)
         return client
 

@@ -214,11 +214,13 @@ class RemoteEngine:
             except (EOFError, OSError):
                 break
             if isinstance(message, Events):
+                if message.snapshot is not None:
+                    self._take_snapshot(message.snapshot)
                 deliver = self._clients.get(message.client)
                 if deliver is not None:
                     deliver(message.batch)
             elif isinstance(message, Report):
-                self._snapshot = message.snapshot
+                self._take_snapshot(message.snapshot)
                 if self._observer is not None:
                     _replay(self._observer, message)
             elif isinstance(message, Reply):
@@ -230,6 +232,11 @@ class RemoteEngine:
                     else:
                         future.set_exception(message.failure.exception())
         self._lose()
+
+    def _take_snapshot(self, snapshot: EngineSnapshot) -> None:
+        # The periodic report and a step's events race for the pipe: keep the newer.
+        if snapshot.at >= self._snapshot.at:
+            self._snapshot = snapshot
 
     def _lose(self) -> None:
         with self._lock:

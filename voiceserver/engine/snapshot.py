@@ -35,6 +35,9 @@ class EngineSnapshot:
     kv_blocks_total: int = 0
     step_s: float = 0.0
     """Smoothed wall time of one AR step, seconds."""
+    at: float = 0.0
+    """When it was taken (``time.monotonic``, one clock for every process of the host):
+    of two reports, the later one counts."""
     registered: int = 0
     """Contexts registered through an engine process's pipe so far (the front end's
     reservations the engine has seen; 0 for an engine in this process)."""

@@ -80,6 +80,10 @@ class Events:
 
     client: int
     batch: EngineBatch
+    snapshot: EngineSnapshot | None = None
+    """The engine's figures after the step that made the batch (None: not from a
+    step): admission reads them with the events, so a context's end and its freed
+    slot are known together."""
 
 
 @dataclass(frozen=True)
