@@ -22,4 +22,13 @@ def test_bridge_is_a_subcommand() -> None:
 
 def test_unknown_subcommand_names_the_choices() -> None:
     wrong = run("brdge")
-    assert wrong.returncode != 0 and "serve, say or bridge" in wrong.stderr
+    assert wrong.returncode != 0 and "serve, ray, say or bridge" in wrong.stderr
+
+
+def test_engine_flags_are_checked_before_anything_loads() -> None:
+    bad = run("serve", "--gpus", "0,x")
+    assert bad.returncode != 0 and "--gpus: 'all' or comma-separated indices" in bad.stderr
+    none = run("serve", "--engines", "0")
+    assert none.returncode != 0 and "--engines: must be 1 or more" in none.stderr
+    both = run("serve", "--engines", "3", "--gpus", "0,1")
+    assert both.returncode != 0 and "one engine per GPU" in both.stderr
