@@ -154,7 +154,6 @@ class ChatterboxRunner(TurnRunner):
     def kv_usage(self) -> tuple[int, int]:
         return self.t3.cache.usage
 
-
     def validate(self, params: SynthParams) -> None:
         self._sampling(params)
         self._voice(params)

@@ -113,7 +113,6 @@ class FishRunner(TurnRunner):
     def kv_usage(self) -> tuple[int, int]:
         return self.ar.cache.usage
 
-
     def validate(self, params: SynthParams) -> None:
         self._sampling(params)
         self._voice(params)

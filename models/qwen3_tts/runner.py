@@ -292,7 +292,6 @@ class Qwen3Runner(SlotRunner):
     def kv_usage(self) -> tuple[int, int]:
         return self.cache.usage
 
-
     def validate(self, params: SynthParams) -> None:
         self._settings(params)
         self.voices.check(params)
