@@ -36,6 +36,7 @@ def test_error_code_values_are_stable():
         "host_not_allowed",
         "missing_host",
         "headers_too_large",
+        "engine_failed",
     }
     assert {c.value for c in ErrorCode} == required
     for code in ErrorCode:
@@ -57,6 +58,7 @@ def test_close_code_for_fatal_errors():
     assert close_code_for(ErrorCode.OVERLOADED) is CloseCode.TRY_AGAIN_LATER
     assert close_code_for(ErrorCode.SLOW_READER) is CloseCode.POLICY_VIOLATION
     assert close_code_for(ErrorCode.SERVER_SHUTDOWN) is CloseCode.SERVICE_RESTART
+    assert close_code_for(ErrorCode.ENGINE_FAILED) is CloseCode.INTERNAL_ERROR
 
 
 def test_protocol_error_carries_fields_and_replaces():
