@@ -12,6 +12,8 @@ REF_STAMP := .venv-ref/.voiceserver-ref-pins
 CBX_REF_STAMP := .venv-ref-chatterbox/.voiceserver-ref-pins
 # The Fish Speech reference (fish-speech==0.1.0), likewise apart.
 FISH_REF_STAMP := .venv-ref-fish/.voiceserver-ref-pins
+# The VoXtream2 reference (voxtream==0.2.5), likewise apart.
+VOX_REF_STAMP := .venv-ref-voxtream/.voiceserver-ref-pins
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -27,7 +29,7 @@ JS_STAMP := $(JS_DIR)/node_modules/.voiceserver-installed
 serve: setup
 	$(VENV)/bin/voiceserver serve --host $(HOST) --port $(PORT)
 
-test: setup test-deps $(REF_STAMP) $(CBX_REF_STAMP) $(FISH_REF_STAMP) $(JS_STAMP)
+test: setup test-deps $(REF_STAMP) $(CBX_REF_STAMP) $(FISH_REF_STAMP) $(VOX_REF_STAMP) $(JS_STAMP)
 	cd $(JS_DIR) && npm run --silent check && npm test --silent
 	$(PY) -m pytest -q
 
@@ -69,6 +71,9 @@ $(CBX_REF_STAMP): tools/ref/chatterbox/make_venv.sh
 $(FISH_REF_STAMP): tools/ref/fish_speech/make_venv.sh
 	bash tools/ref/fish_speech/make_venv.sh
 
+$(VOX_REF_STAMP): tools/ref/voxtream/make_venv.sh
+	bash tools/ref/voxtream/make_venv.sh
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -77,4 +82,4 @@ bench: setup
 	$(PY) -m bench.loadgen --concurrency 1 4 16
 
 clean:
-	rm -rf $(VENV) .venv-ref .venv-ref-chatterbox .venv-ref-fish $(JS_DIR)/node_modules
+	rm -rf $(VENV) .venv-ref .venv-ref-chatterbox .venv-ref-fish .venv-ref-voxtream $(JS_DIR)/node_modules
