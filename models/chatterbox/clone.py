@@ -21,13 +21,13 @@ import torch
 from models.base import ModelInputError
 from models.chatterbox.campplus import CAMPPlus
 from models.chatterbox.loudness import normalize_loudness
-from models.chatterbox.resample import resample
 from models.chatterbox.s3_tokenizer import S3Tokenizer
 from models.chatterbox.s3gen import Conditioning
 from models.chatterbox.voice import Voice
 from models.chatterbox.voice_encoder import VoiceEncoder, speaker_embedding
 from models.mel import log_mel
 from models.reference_audio import resample_like_librosa
+from models.resample import resample
 
 SAMPLE_RATE = 24_000
 """The rate reference audio is loaded at (S3Gen's)."""

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from models.chatterbox.campplus import EMBEDDING, PREFIX, load_campplus
 from models.chatterbox.fbank import frame_count, kaldi_fbank, xvector_features
-from models.chatterbox.resample import resample
+from models.resample import resample
 from tests.models.chatterbox.ckpt_campplus import add_campplus_tensors, speechlike
 from tests.models.chatterbox.reference import REPO, run_reference
 

@@ -1,9 +1,11 @@
 """Band-limited resampling between integer rates, as torchaudio resamples by default.
 
-S3Gen's ``embed_ref`` takes its 24 kHz reference clip to 16 kHz with
-``torchaudio.transforms.Resample(24000, 16000)`` (windowed-sinc interpolation with a
-Hann window, 6 zero crossings each side, cut-off at 0.99 of the lower Nyquist), and
-the clone conditionals must see the same samples. The rates are reduced by their
+References that resample with ``torchaudio.transforms.Resample`` (or
+``torchaudio.functional.resample``) with its defaults get the same samples here:
+S3Gen's ``embed_ref`` (Chatterbox: its 24 kHz reference clip to 16 kHz) and
+VoXtream's prompt (any rate to 24 kHz for Mimi and to 16 kHz for the speaker
+encoder). The filter is a windowed sinc with a Hann window, 6 zero crossings each
+side, cut-off at 0.99 of the lower Nyquist. The rates are reduced by their
 gcd to ``orig : new``; output sample ``j`` of each block of ``new`` reads the input
 around ``j * orig / new`` through its own filter, so the whole resampler is one
 strided convolution with ``new`` filters, each ``2 * width + orig`` taps long. The
