@@ -25,6 +25,21 @@ def load_reference_audio(
     value: Any, sample_rate: Any, target_rate: int, min_s: float, max_s: float
 ) -> np.ndarray:
     """Decode ``value`` and resample to ``target_rate``; enforce the length bounds."""
+    wav, rate = decode_reference_audio(value, sample_rate, max_s)
+    seconds = len(wav) / rate
+    if seconds < min_s:
+        raise _bad(f"too short ({seconds:.2f} s; at least {min_s} s)")
+    if seconds > max_s:
+        raise _bad(f"too long ({seconds:.2f} s; at most {max_s} s)")
+    if rate != target_rate:
+        wav = resample_like_librosa(wav, rate, target_rate)
+    return wav
+
+
+def decode_reference_audio(value: Any, sample_rate: Any, max_s: float) -> tuple[np.ndarray, int]:
+    """``value`` (audio bytes, base64 or a data: URI, or samples with ``sample_rate``)
+    as mono float32 samples at their own rate, and that rate; at most ``max_s``
+    seconds of an encoded file are decoded (longer is an error)."""
     if isinstance(value, str):
         if value.lower().startswith(URL_SCHEMES):
             raise ModelInputError(
@@ -60,14 +75,7 @@ def load_reference_audio(
         raise _bad(f"unsupported type {type(value).__name__}")
     if not np.all(np.isfinite(wav)):
         raise _bad("samples must be finite")
-    seconds = len(wav) / rate
-    if seconds < min_s:
-        raise _bad(f"too short ({seconds:.2f} s; at least {min_s} s)")
-    if seconds > max_s:
-        raise _bad(f"too long ({seconds:.2f} s; at most {max_s} s)")
-    if rate != target_rate:
-        wav = resample_like_librosa(wav, rate, target_rate)
-    return wav
+    return wav, rate
 
 
 def samples_of(value: np.ndarray | list | tuple) -> np.ndarray:
