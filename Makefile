@@ -38,6 +38,7 @@ setup: system-deps $(STAMP)
 system-deps:
 	@$(PYTHON) -c "import ctypes.util, sys; sys.exit(0 if ctypes.util.find_library('opus') else 1)" \
 		|| ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libopus0)
+	@command -v espeak-ng >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q espeak-ng)
 
 # Node/npm for the SDK's build and tests; Debian's chromium for the browser tests
 # (playwright-core drives it: no browser download).
