@@ -21,7 +21,7 @@ divided by its L2 norm in the dtype it came out in (``/= norm(keepdim=True)``).
 from __future__ import annotations
 
 import pickle
-import zipfile
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,12 +57,17 @@ def read_redimnet_file(path: Path | str) -> tuple[dict[str, Any], dict[str, torc
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL (\S+)", str(exc))
+        if found is None:
+            raise CheckpointError(
+                "not a readable torch file (the weights-only unpickler refused it)", path
+            ) from exc
         raise CheckpointError(
-            "not a ReDimNet file: it holds something other than tensors and plain "
-            f"values, or is not a torch file ({_first_line(exc)})",
+            "not a ReDimNet file: it holds objects other than tensors and plain values "
+            f"({found.group(1)}), which are not loaded",
             path,
         ) from exc
-    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+    except Exception as exc:  # noqa: BLE001 (a damaged file fails inside the unpickler anyhow)
         raise CheckpointError(f"not a readable torch file ({_first_line(exc)})", path) from exc
     if not isinstance(data, Mapping) or "state_dict" not in data or "model_config" not in data:
         found = sorted(map(str, data)) if isinstance(data, Mapping) else type(data).__name__
