@@ -196,10 +196,11 @@ class MimiTransformer(Stateful):
         kp, qp = k_pos[:, None, :], q_pos[:, :, None]
         mask = ((kp >= 0) & (kp <= qp) & (kp >= lowest[:, :, None]))[:, None]
         # New steps go to their slots, the real ones among the last `keep` only;
-        # the others (padding) to the spare slot.
+        # the others (padding) to the spare slot. As one index into the tables seen
+        # as [rows * (keep + 1), heads, head_dim] (index_copy_: graph-capturable).
         kept = (steps[None] < lengths[:, None]) & (steps[None] >= lengths[:, None] - keep)
         write_slot = torch.where(kept, torch.remainder(q_pos, keep), keep)
-        write_row = rows.index[:, None].expand(b, t)
+        write_at = (rows.index[:, None] * (keep + 1) + write_slot).reshape(-1)
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             q, k, v = attn.qkv(layer.norm1(h), cos, sin)
@@ -207,8 +208,8 @@ class MimiTransformer(Stateful):
             k_all = torch.cat((rows.read(key_k).transpose(1, 2).to(k.dtype), k), dim=2)
             v_all = torch.cat((rows.read(key_v).transpose(1, 2).to(v.dtype), v), dim=2)
             for key, new in ((key_k, k), (key_v, v)):
-                table = rows.table(key)
-                table.index_put_((write_row, write_slot), new.transpose(1, 2).to(table.dtype))
+                flat = rows.table(key).flatten(0, 1)
+                flat.index_copy_(0, write_at, new.transpose(1, 2).flatten(0, 1).to(flat.dtype))
             attended = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
             h = h + layer.layer_scale_1.scale * attn.out(attended)
             h = layer.mlp(h)

@@ -1,0 +1,169 @@
+"""VoXtream2's codec decoder (Kyutai's Mimi, 16 codebooks) behind the Vocoder interface.
+
+Mimi is causal throughout and its streamed state is kept (convolution histories,
+transposed convolutions' spill, the decoder transformer's last 249 keys and values),
+so a chunk needs no frames around it (``left_context = right_context = 0``) and
+streamed audio equals decoding the whole sequence, whatever the chunking
+(:mod:`models.blocks.mimi_stream`). Open streams are rows of one fixed pool of
+device tables: a decode call continues every item's stream at its own position in
+one batch, chunks of different lengths right-padded to the longest.
+
+VoXtream's reference decodes with moshi's streaming, one frame a call; moshi's ring
+cache then drops a frame's oldest key once a stream passes 250 steps (10 s), which
+whole-sequence decoding does not. ``window="moshi"`` reproduces that (exactly, for
+the same chunking); the default ``"exact"`` decodes what the whole sequence decodes.
+
+On CUDA with ``graphs``, calls replay CUDA graphs captured at start-up per chunk
+length (1, 2, 4, ... 32 frames, chunks right-padded) and batch bucket; calls no graph
+covers run eagerly. A call reads nothing from the device but its audio.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import DecodeItem, Vocoder
+from models.blocks.mimi import Mimi, load_mimi
+from models.blocks.mimi_stream import MimiStreams
+from models.cuda_graphs import BucketGraphs, default_buckets
+from models.upload import upload
+
+log = logging.getLogger(__name__)
+
+NUM_CODEBOOKS = 16
+"""The codes of a VoXtream frame: Mimi's first 16 codebooks, codebook 0 first."""
+GRAPH_FRAMES = (1, 2, 4, 8, 16, 32)
+"""Chunk lengths with graphs (a chunk is padded to the next one)."""
+GRAPH_MAX_FRAMES_PER_CALL = 512
+"""Larger calls (batch x chunk length) run eagerly: launches are a small part of them."""
+
+
+@dataclass
+class MimiStream:
+    """An open stream's row of the vocoder's pool (-1 once closed)."""
+
+    row: int
+
+
+class MimiVocoder(Vocoder):
+    right_context = 0
+    left_context = 0
+
+    def __init__(
+        self, mimi: Mimi, max_streams: int, *, graphs: bool = False, window: str = "exact"
+    ) -> None:
+        """``mimi``: the codec (its decoder at least) with the frames' codebooks;
+        ``max_streams``: streams open at once (the engine opens up to twice its
+        runner's slots: a stream may still be decoding after its context left its
+        slot); ``graphs``: capture CUDA graphs (on CUDA only); ``window``: "exact" or
+        "moshi" (see the module's doc)."""
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be at least 1, got {max_streams}")
+        self.mimi = mimi
+        self.sample_rate = mimi.sample_rate
+        self.samples_per_frame = mimi.samples_per_frame
+        self.pool = MimiStreams(mimi, max_streams, window=window)
+        self._free = list(range(max_streams - 1, -1, -1))
+        # Closed streams' rows, made fresh before the next decode: one fill per table
+        # for all of them instead of one per stream opened on them.
+        self._stale: set[int] = set()
+        self._graphs: dict[int, BucketGraphs] = {}
+        if graphs and self.pool.device.type == "cuda":
+            self._capture(max_streams)
+
+    @classmethod
+    def from_file(
+        cls,
+        path: Path | str,
+        max_streams: int,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        graphs: bool = False,
+        window: str = "exact",
+    ) -> MimiVocoder:
+        """The vocoder of a Kyutai Mimi file (its decoder half, 16 codebooks)."""
+        mimi = load_mimi(path, NUM_CODEBOOKS, device=device, dtype=dtype, encoder=False)
+        return cls(mimi, max_streams, graphs=graphs, window=window)
+
+    @property
+    def max_streams(self) -> int:
+        return self.pool.rows
+
+    def _capture(self, rows: int) -> None:
+        pool = self.pool
+        for frames in GRAPH_FRAMES:
+            sizes = [b for b in default_buckets(rows) if b * frames <= GRAPH_MAX_FRAMES_PER_CALL]
+            if not sizes:
+                continue
+
+            def padding(size: int, frames: int = frames) -> tuple[torch.Tensor]:
+                return (upload(pool.padding(size, frames), pool.device),)
+
+            self._graphs[frames] = BucketGraphs(pool.run_packed, padding, sizes)
+            with torch.no_grad():
+                self._graphs[frames].capture()
+
+    def new_stream(self, conditioning: Any = None) -> MimiStream:
+        """A fresh stream (VoXtream decodes only generated frames, never a prompt's:
+        ``conditioning`` is not used). RuntimeError when every row is taken."""
+        if not self._free:
+            raise RuntimeError(
+                f"all {self.max_streams} Mimi vocoder streams are open: size max_streams "
+                "for the streams the engine keeps open (twice its runner's slots)"
+            )
+        return MimiStream(self._free.pop())
+
+    def close_stream(self, stream: Any) -> None:
+        if isinstance(stream, MimiStream) and stream.row >= 0:
+            self._free.append(stream.row)
+            self._stale.add(stream.row)
+            stream.row = -1
+
+    def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
+        out = [np.zeros(0, np.float32) for _ in items]
+        chunks, rows, order = [], [], []
+        for i, item in enumerate(items):
+            chunk = np.asarray(item.frames[item.left : len(item.frames) - item.right])
+            if not len(chunk):
+                continue
+            stream = item.stream
+            if not isinstance(stream, MimiStream) or stream.row < 0:
+                raise ValueError("decode needs an open stream from new_stream")
+            chunks.append(chunk)
+            rows.append(stream.row)
+            order.append(i)
+        if not chunks:
+            return out
+        if self._stale:
+            self.pool.reset(np.array(sorted(self._stale), np.int64))
+            self._stale.clear()
+        audio, samples = self._decode(chunks, np.array(rows, np.int64))
+        host = audio.float().clamp(-1.0, 1.0).cpu().numpy()
+        for b, (i, n) in enumerate(zip(order, samples.tolist(), strict=True)):
+            out[i] = host[b, :n]
+        return out
+
+    @torch.no_grad()
+    def _decode(
+        self, chunks: list[np.ndarray], rows: np.ndarray
+    ) -> tuple[torch.Tensor, np.ndarray]:
+        pool = self.pool
+        counts = np.array([len(c) for c in chunks], np.int64)
+        frames = next((f for f in GRAPH_FRAMES if f >= counts.max()), None)
+        graphs = self._graphs.get(frames) if frames is not None else None
+        size = graphs.bucket_for(len(chunks)) if graphs is not None else None
+        if graphs is None or size is None or frames is None:
+            return pool.decode(chunks, rows)
+        packed = pool.pack(chunks, rows, frames)
+        padded = pool.padding(size, frames)
+        padded[: len(chunks)] = packed
+        audio = graphs.replay(upload(padded, pool.device))[: len(chunks)]
+        pool.advance(rows, counts)
+        return audio, counts * self.samples_per_frame
