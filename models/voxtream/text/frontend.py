@@ -81,8 +81,8 @@ class VoxtreamText:
         cache_size: int = CACHE_SIZE,
         command: bool = False,
     ) -> None:
-        if context_length < 0:
-            raise ValueError(f"text_context_length must be >= 0, got {context_length}")
+        if context_length < 1:  # the reference's phonemes[:-0] would be empty
+            raise ValueError(f"text_context_length must be >= 1, got {context_length}")
         self.table = PhoneTable(phone_table)
         self.context = context
         self.context_length = context_length
@@ -107,9 +107,7 @@ class VoxtreamText:
     def encode_piece(self, piece: str, *, normalize: bool = True) -> TextTokens:
         """One streamed piece (``text_to_phone_tokens(piece, full_streaming=True)``)."""
         normalized = self.normalize(piece) if normalize else piece
-        phonemes = self.phonemize(normalized + self.context)
-        if self.context_length:
-            phonemes = phonemes[: -self.context_length]
+        phonemes = self.phonemize(normalized + self.context)[: -self.context_length]
         return self._tokens(piece, normalized, phonemes, normalize, None)
 
     def _tokens(
@@ -124,7 +122,8 @@ class VoxtreamText:
         raw = phone_spans(normalized, phonemes, max_phones)
         inputs = [(m.start(), m.end()) for m in _WORD.finditer(text)]
         labels = normalized.split()
-        words = len(phonemes.split())
+        phonemized = phonemes.split()
+        words = len(phonemized)
         if len(inputs) == 1:
             word_owner, label_owner = [0] * words, [0] * len(labels)
         else:
@@ -132,7 +131,7 @@ class VoxtreamText:
                 (self.normalize(text[a:b]) if normalized_here else text[a:b]).split()
                 for a, b in inputs
             ]
-            word_owner, label_owner = owners(alone, labels, words, self._words_of)
+            word_owner, label_owner = owners(alone, labels, phonemized, self._words_of)
         spans = []
         for index, (label, start, end) in enumerate(raw):
             # past the phonemised words, the reference adds the leftover labels
