@@ -92,7 +92,10 @@ class PhoneTable:
                 f"phoneme_to_token.json lacks {missing}: it needs every phone plus "
                 f"{[UNKNOWN, *PUNCTUATION_MARKS]}"
             )
-        self._table = {str(k): int(v) for k, v in table.items()}
+        bad = [k for k, v in table.items() if not isinstance(v, int) or isinstance(v, bool)]
+        if bad:
+            raise PhoneTableError(f"phoneme_to_token.json: ids must be integers, not for {bad[:5]}")
+        self._table = dict(table)
         self.unknown = self._table[UNKNOWN]
 
     def __getitem__(self, phone: str) -> int:

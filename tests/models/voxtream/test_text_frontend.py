@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import re
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +33,8 @@ def frontend() -> VoxtreamText:
 def test_a_table_without_unk_or_marks_is_refused() -> None:
     with pytest.raises(PhoneTableError, match=r"lacks \['unk', '!'\]"):
         VoxtreamText({".": 117, ",": 118, "?": 119, "h": 0})
+    with pytest.raises(PhoneTableError, match=r"integers, not for \['h'\]"):
+        VoxtreamText({**TABLE, "h": "0"})
 
 
 def test_ids_unknown_phones_and_punctuation_positions(frontend: VoxtreamText) -> None:
@@ -177,3 +180,17 @@ def test_numbers_beyond_inflect_are_read_digit_by_digit() -> None:
     # the reference fails (inflect has no name for 10**36); digits are read one by one
     assert normalize("1" + "0" * 36) == "one " + "zero " * 35 + "zero"
     assert normalize("999999999999999999999999999999999999").startswith("nine hundred")
+
+
+def test_piper_and_voxtream_espeak_live_in_one_process() -> None:
+    """Piper carries its own espeak-ng (linked into its extension); both can serve one
+    server process without disturbing each other."""
+    import piper
+    from piper.phonemize_espeak import EspeakPhonemizer
+
+    piper_espeak = EspeakPhonemizer(str(Path(piper.__file__).parent / "espeak-ng-data"))
+    before = piper_espeak.phonemize("en-us", "Hello world. The year 1990!")
+    ours = [espeak_ipa(text) for text in SENTENCES[:10]]
+    assert piper_espeak.phonemize("en-us", "Hello world. The year 1990!") == before
+    assert [espeak_ipa(text) for text in SENTENCES[:10]] == ours
+    assert ours == [espeak_ipa(text, command=True) for text in SENTENCES[:10]]

@@ -68,6 +68,7 @@ SENTENCES = [
     "the apple, the orange, the end",
     "Is it 7:45? No, it's 7:05 \u2013 hurry!",
     "\u20ac20 or 20\u20ac, 30\u00b0C, \u00a92024, Caf\u00e9\u2122",
+    "\u0395\u03bb\u03bb\u03ac\u03b4\u03b1 and \u043f\u0440\u0438\u0432\u0435\u0442, \u05e9\u05dc\u05d5\u05dd!",
 ]
 """Sentences for every mode (whole, piece by piece, streamed)."""
 
