@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -33,6 +34,8 @@ from models.blocks.mimi_conv import CausalConv, CausalConvTranspose, SEANetDecod
 from models.blocks.mimi_rvq import SplitRVQ
 from models.blocks.mimi_transformer import MimiTransformer
 from models.checkpoint import CheckpointError, compare
+
+V = TypeVar("V")
 
 MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
 """The published weights' file name."""
@@ -225,9 +228,9 @@ _ALIASES = (
 )
 
 
-def canonical_keys(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def canonical_keys(state: Mapping[str, V]) -> dict[str, V]:
     """``state`` with moshi's newer attention names turned into the published file's."""
-    out: dict[str, torch.Tensor] = {}
+    out: dict[str, V] = {}
     for key, value in state.items():
         for pattern, name in _ALIASES:
             key = pattern.sub(name, key)
