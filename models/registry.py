@@ -63,8 +63,13 @@ FAMILIES: dict[str, Family] = {
         check="models.fish_speech.checkpoint:check_weights",
         sizing="models.fish_speech.sizing",
     ),
+    "voxtream": Family(
+        "models.voxtream.loader:load",
+        recognize="models.voxtream.recognize",
+        check="models.voxtream.checkpoint:check_weights",
+    ),
 }
-RECOGNITION_ORDER = ("qwen3_tts", "fish_speech", "chatterbox", "piper")
+RECOGNITION_ORDER = ("qwen3_tts", "fish_speech", "voxtream", "chatterbox", "piper")
 """Families asked in turn: the most specific evidence first (a config.json's model_type,
 then a file name, then any .onnx voice)."""
 

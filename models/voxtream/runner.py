@@ -100,7 +100,9 @@ class VoxRunner(SlotRunner):
         max_phones: int,
         tokens: Tokens | None = None,
         rules: PointerRules | None = None,
+        ignore_eos: bool = False,
     ) -> None:
+        """``ignore_eos``: benchmarks only, a context speaks until its frame cap."""
         super().__init__(len(slots.phones) - 1)
         self.ar = slots
         self.text = text
@@ -112,6 +114,7 @@ class VoxRunner(SlotRunner):
         self.max_phones = max_phones
         self.ids = tokens or Tokens()
         self.rules = rules or PointerRules()
+        self.ignore_eos = ignore_eos
         self.frame_dim = slots.cfg.num_codebooks
         self.tracks: dict[int, Track] = {}
         self._fields = {f.name: f for f in capabilities.request_fields}
@@ -330,7 +333,7 @@ class VoxRunner(SlotRunner):
                 counts[i] = 1
             track.last_code0 = int(codes[0])
             track.count_move(move, self.rules)
-            ended = track.eos_step <= step
+            ended = track.eos_step <= step and not self.ignore_eos
             if not ended:
                 track.move(move, step, self.rules)
             track.steps += 1

@@ -35,7 +35,8 @@ BLOCK = 32
 """Positions per KV block."""
 _CODE_KEY = 0x51ED270B
 SPK_PROJ_WEIGHT = 1.5
-"""How much of the projected speaker embedding the depth transformer's input gets."""
+"""How much of the projected speaker embedding the depth transformer's input gets
+(voxtream2's ``spk_proj_weight``)."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,12 @@ class VoxSlots:
         *,
         blocks: int = 0,
         cuda_graphs: bool = True,
+        speaker_weight: float = SPK_PROJ_WEIGHT,
     ) -> None:
         cfg = model.cfg
         self.model = model
         self.cfg = cfg
+        self.speaker_weight = speaker_weight
         param = model.audio_embeddings.weight
         self.device, self.dtype = param.device, param.dtype
         self.window = cfg.audio_window_size
@@ -278,7 +281,7 @@ class VoxSlots:
             mixed = cond * ac[:, None] + (1 - ac[:, None]) * uncond
             return torch.softmax(mixed / temperature[:, None], dim=-1).argmax(-1)
 
-        rest = self.model.depth(hidden + speaker * SPK_PROJ_WEIGHT, code0, choose)
+        rest = self.model.depth(hidden + speaker * self.speaker_weight, code0, choose)
         codes = torch.cat((code0[:, None], rest), dim=1)
         self.tables["codes"][slots] = codes
         return torch.cat((move[:, None], codes), dim=1)

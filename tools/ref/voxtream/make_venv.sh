@@ -16,7 +16,7 @@ venv="${1:-$repo/.venv-ref-voxtream}"
 python="${PYTHON:-python3}"
 
 # Bump when any pin below changes, so old environments are rebuilt.
-pins="torch==2.13.0 torchaudio==2.11.1 voxtream==0.2.5 torchtune==0.4.0 torchao==0.9.0 moshi==0.2.13 silero-vad==6.2.0 transformers==4.57.6 v1"
+pins="torch==2.13.0 torchaudio==2.11.1 voxtream==0.2.5 torchtune==0.4.0 torchao==0.9.0 moshi==0.2.13 silero-vad==6.2.0 transformers==4.57.6 regex==2026.11.19 v2"
 marker="$venv/.voiceserver-ref-pins"
 probe="import voxtream.generator, voxtream.utils.text.normalizer, moshi.models.loaders"
 
@@ -32,7 +32,7 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q --no-warn-
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" torch==2.13.0 "numpy<2.3" safetensors "huggingface_hub==0.36.2" "einops<0.9" tqdm \
     omegaconf psutil Pillow sentencepiece tiktoken blobfile "aiohttp<3.12" inflect==7.5.0 \
-    nltk==3.9.1 regex six packaging soundfile==0.13.1 pyloudnorm==0.2.0 transformers==4.57.6 \
+    nltk==3.9.1 regex==2026.11.19 six packaging soundfile==0.13.1 pyloudnorm==0.2.0 transformers==4.57.6 \
     "setuptools<81"
 "${pip[@]}" --no-deps voxtream==0.2.5 torchtune==0.4.0 torchao==0.9.0 moshi==0.2.13 \
     silero-vad==6.2.0
