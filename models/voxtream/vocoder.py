@@ -141,29 +141,49 @@ class MimiVocoder(Vocoder):
             order.append(i)
         if not chunks:
             return out
-        if self._stale:
+        counts = np.array([len(c) for c in chunks], np.int64)
+        all_rows = np.array(rows, np.int64)
+        # Chunks of similar lengths decode together, padded to their group's length
+        # (a power of two up to 32 frames, or the longest beyond): a 1-frame chunk is
+        # never padded to a 32-frame one (on CPU at the real size that padding doubles
+        # a call's cost: 483 ms for 1 + 32 frames together, 282 ms apart).
+        groups: dict[int, list[int]] = {}
+        for b, n in enumerate(counts.tolist()):
+            bucket = next((f for f in GRAPH_FRAMES if f >= n), 0)
+            groups.setdefault(bucket, []).append(b)
+        if self._stale:  # before packing: a reopened row starts at position 0
             self.pool.reset(np.array(sorted(self._stale), np.int64))
             self._stale.clear()
-        audio, samples = self._decode(chunks, np.array(rows, np.int64))
-        host = audio.float().clamp(-1.0, 1.0).cpu().numpy()
-        for b, (i, n) in enumerate(zip(order, samples.tolist(), strict=True)):
-            out[i] = host[b, :n]
+        plans = []
+        for bucket, members in sorted(groups.items()):
+            index = np.array(members, np.int64)
+            frames = bucket or int(counts[index].max())
+            # Packing checks every chunk before any stream moves on.
+            packed = self.pool.pack([chunks[b] for b in members], all_rows[index], frames)
+            plans.append((index, frames, packed))
+        parts = []
+        for index, frames, packed in plans:
+            parts.append(self._run(packed, frames).reshape(-1))
+            self.pool.advance(all_rows[index], counts[index])
+        # One copy to the host for the whole call.
+        host = torch.cat(parts).float().clamp(-1.0, 1.0).cpu().numpy()
+        hop, offset = self.samples_per_frame, 0
+        for index, frames, _ in plans:
+            for j, b in enumerate(index.tolist()):
+                start = offset + j * frames * hop
+                out[order[b]] = host[start : start + counts[b] * hop]
+            offset += len(index) * frames * hop
         return out
 
     @torch.no_grad()
-    def _decode(
-        self, chunks: list[np.ndarray], rows: np.ndarray
-    ) -> tuple[torch.Tensor, np.ndarray]:
+    def _run(self, packed: np.ndarray, frames: int) -> torch.Tensor:
+        """Audio [B, frames * 1920] on the device for one group's packed rows: a graph
+        replay when one covers them, else eagerly."""
         pool = self.pool
-        counts = np.array([len(c) for c in chunks], np.int64)
-        frames = next((f for f in GRAPH_FRAMES if f >= counts.max()), None)
-        graphs = self._graphs.get(frames) if frames is not None else None
-        size = graphs.bucket_for(len(chunks)) if graphs is not None else None
-        if graphs is None or size is None or frames is None:
-            return pool.decode(chunks, rows)
-        packed = pool.pack(chunks, rows, frames)
+        graphs = self._graphs.get(frames)
+        size = graphs.bucket_for(len(packed)) if graphs is not None else None
+        if graphs is None or size is None:
+            return pool.run_packed(upload(packed, pool.device))
         padded = pool.padding(size, frames)
-        padded[: len(chunks)] = packed
-        audio = graphs.replay(upload(padded, pool.device))[: len(chunks)]
-        pool.advance(rows, counts)
-        return audio, counts * self.samples_per_frame
+        padded[: len(packed)] = packed
+        return graphs.replay(upload(padded, pool.device))[: len(packed)]

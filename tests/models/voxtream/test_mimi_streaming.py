@@ -154,6 +154,28 @@ def test_the_vocoder_through_the_engine_loop_equals_whole_decoding(mimi: Mimi) -
         assert np.abs(got - np.clip(whole(mimi, unit), -1, 1)).max() < STREAM_TOLERANCE
 
 
+def test_one_vocoder_call_takes_chunks_of_any_sizes(mimi: Mimi) -> None:
+    """A call whose chunks fall in different length groups (1, 3, 17, 40 frames, then
+    2, 8, 33, 1): each stream's audio still continues exactly."""
+    rng = np.random.default_rng(7)
+    plan = [[1, 2], [3, 8], [17, 33], [40, 1]]
+    seqs = [random_frames(rng, sum(p)) for p in plan]
+    vocoder = MimiVocoder(mimi, max_streams=4)
+    streams = [vocoder.new_stream() for _ in plan]
+    audio: list[list[np.ndarray]] = [[] for _ in plan]
+    for call in range(2):
+        items = [
+            DecodeItem(stream, seq[sum(p[:call]) : sum(p[: call + 1])])
+            for stream, seq, p in zip(streams, seqs, plan, strict=True)
+        ]
+        for s, pcm in enumerate(vocoder.decode(items)):
+            assert pcm.shape == (plan[s][call] * HOP,)
+            audio[s].append(pcm)
+    for got, seq in zip(audio, seqs, strict=True):
+        want = np.clip(whole(mimi, seq), -1, 1)
+        assert np.abs(np.concatenate(got) - want).max() < STREAM_TOLERANCE
+
+
 def test_a_full_pool_and_bad_items_are_refused_clearly(mimi: Mimi) -> None:
     vocoder = MimiVocoder(mimi, max_streams=2)
     a, b = vocoder.new_stream(), vocoder.new_stream()
