@@ -91,6 +91,25 @@ def test_batched_streams_at_their_own_positions_equal_whole_decoding(mimi: Mimi)
         assert 0.05 < float(want.std()) < 0.5  # audio, not silence or noise blow-up
 
 
+def test_padding_rows_on_the_scratch_row_change_no_stream(mimi: Mimi) -> None:
+    """What a CUDA graph replay adds to a batch (rows decoding a frame of code 0 into
+    the scratch row, several at once) leaves the real rows' audio and state as they
+    are without it."""
+    rng = np.random.default_rng(8)
+    seqs = [random_frames(rng, 12) for _ in range(2)]
+    plain, padded = MimiStreams(mimi, 2), MimiStreams(mimi, 2)
+    for start, n in ((0, 4), (4, 8)):
+        chunks = [seq[start : start + n] for seq in seqs]
+        want, _ = plain.decode(chunks, [0, 1])
+        packed = padded.pack(chunks, np.array([0, 1]), 8)
+        batch = np.concatenate([packed, padded.padding(3, 8)])
+        with torch.no_grad():
+            got = padded.run_packed(torch.from_numpy(batch))
+        padded.advance(np.array([0, 1]), np.array([n, n]))
+        assert got.shape == (5, 8 * HOP)
+        assert np.abs(got[:2, : n * HOP].numpy() - want[:, : n * HOP].numpy()).max() < 1e-6
+
+
 def test_the_moshi_window_differs_only_past_the_context(mimi: Mimi) -> None:
     """``window="moshi"`` (moshi's ring cache) equals whole decoding until a stream
     passes 250 steps, then drops each frame's oldest key: close, not equal."""
