@@ -7,8 +7,9 @@ be within 1e-4 of moshi's (measured: equal), our streamed decode with
 ``window="moshi"`` within 1e-4 of moshi's streaming with the same chunks (one frame a
 call as VoXtream decodes, and growing chunks; measured 3.6e-7), our default streamed
 decode within 1e-4 of moshi's whole decode whatever the chunking, and our encode must
-give moshi's codes. 130 frames take the decoder transformer past its 250-step
-context, where moshi's streaming and whole decoding part ways. Moshi's state dict at
+give moshi's codes. 130 frames (10.4 s) take both transformers past their 250-step
+context, where moshi's streaming and whole decoding part ways (and where the
+encoder's window shows in the codes). Moshi's state dict at
 the published sizes must be exactly the tensors our loader holds a file to.
 """
 
@@ -72,7 +73,7 @@ def inputs() -> dict[str, np.ndarray]:
     # Not a whole number of frames: both pad the audio to whole frames.
     return {
         "codes": rng.integers(0, 2048, (2, 16, FRAMES)),
-        "audio": voice_like(rng, 2, 40 * HOP - 700),
+        "audio": voice_like(rng, 2, FRAMES * HOP - 700),
     }
 
 
@@ -161,7 +162,7 @@ def test_encode_equals_the_reference(
 ) -> None:
     ref = reference["encode.codes"]
     ours = mimi.encode(torch.from_numpy(inputs["audio"])).numpy()
-    assert ours.dtype == np.int64 and ours.shape == ref.shape == (2, 16, 40)
+    assert ours.dtype == np.int64 and ours.shape == ref.shape == (2, 16, FRAMES)
     np.testing.assert_array_equal(ours, ref)
     assert all(len(np.unique(ours[:, i])) > 3 for i in range(16))  # codes vary
 
