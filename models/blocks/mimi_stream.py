@@ -9,8 +9,8 @@ any set of rows, each by its own chunk: chunks of different lengths are right-pa
 to the longest (causal layers never let the padding reach a real output, and what a
 row keeps is taken at its own length). Streamed audio equals whole-sequence
 decoding within float32 rounding, whatever the chunking (``window="exact"``), or
-reproduces moshi's streaming (``window="moshi"``: see
-:mod:`models.blocks.mimi_transformer`).
+moshi's streaming of one frame per call, whatever the chunking (``window="moshi"``:
+see :mod:`models.blocks.mimi_transformer`).
 
 A call's host inputs are packed into one int64 array (:meth:`MimiStreams.pack`):
 the device side (:meth:`MimiStreams.run_packed`) reads no host value, so a CUDA
@@ -120,7 +120,7 @@ class MimiStreams:
         x = mimi.quantizer.decode(codes).to(mimi.dtype)
         x = mimi.upsample.convtr.step(x, lengths, rows)
         steps = lengths * stride
-        x = mimi.decoder_transformer.step(x, steps, starts * stride, rows, self.window)
+        x = mimi.decoder_transformer.step(x, steps, starts * stride, rows, self.window, stride)
         return mimi.decoder.step(x, steps, rows)[:, 0]
 
     def advance(self, rows: np.ndarray, counts: np.ndarray) -> None:

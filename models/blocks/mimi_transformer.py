@@ -6,11 +6,12 @@ A stream keeps the keys and values of its last ``context - 1`` steps per layer i
 ring (step p in slot ``p % (context - 1)``, plus one slot that padded steps write
 into and nobody reads), so a chunk's steps see what they would see in the whole
 sequence: with ``window="exact"`` step p attends to steps p - context + 1 .. p,
-whatever the chunking. ``window="moshi"`` reproduces ``moshi``'s own streaming
-instead: its ring cache of ``context`` entries holds a chunk's new keys too, so every
-step of a chunk ending at step e attends to steps e - context + 1 .. itself (the
-first steps of a chunk lose their oldest keys once a stream passes ``context``
-steps; its audio depends on the chunking, as moshi's does).
+whatever the chunking. ``window="moshi"`` reproduces ``moshi``'s own streaming one
+frame (``frame_steps`` steps) per call, as VoXtream's generator decodes: moshi's
+ring cache of ``context`` entries holds a call's new keys too, so every step of a
+frame ending at step e attends to steps e - context + 1 .. itself (a frame's first
+step loses its oldest key once a stream passes ``context`` steps). That too holds
+whatever our chunking: the window depends on each step's frame, not on the call.
 
 Module names follow Kyutai's checkpoints (``moshi.modules.transformer``:
 ``transformer.layers.N.self_attn.in_proj_weight`` (q, k, v stacked),
@@ -169,10 +170,12 @@ class MimiTransformer(Stateful):
         starts: torch.Tensor,
         rows: StreamRows,
         window: str = "exact",
+        frame_steps: int = 1,
     ) -> torch.Tensor:
         """The next steps of each row's stream: ``x`` [B, d_model, T], row b's first
         ``lengths[b]`` steps real, its first step at position ``starts[b]`` (all on
-        the device: nothing here waits for the host)."""
+        the device: nothing here waits for the host). ``frame_steps``: steps per
+        code frame (for ``window="moshi"``)."""
         if window not in WINDOWS:
             raise ValueError(f"window must be one of {WINDOWS}, got {window!r}")
         h = x.transpose(1, 2)
@@ -190,9 +193,9 @@ class MimiTransformer(Stateful):
         k_pos = torch.cat((cached, q_pos), dim=1)  # [B, keep + 1 + T]
         if window == "exact":
             lowest = q_pos - (self.context - 1)
-        else:
-            chunk_end = starts + lengths - 1
-            lowest = torch.maximum(q_pos, chunk_end[:, None]) - (self.context - 1)
+        else:  # counted from the last step of the query's frame
+            frame_start = torch.div(q_pos, frame_steps, rounding_mode="floor") * frame_steps
+            lowest = frame_start + frame_steps - 1 - (self.context - 1)
         kp, qp = k_pos[:, None, :], q_pos[:, :, None]
         mask = ((kp >= 0) & (kp <= qp) & (kp >= lowest[:, :, None]))[:, None]
         # New steps go to their slots, the real ones among the last `keep` only;

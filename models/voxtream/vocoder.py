@@ -8,10 +8,11 @@ streamed audio equals decoding the whole sequence, whatever the chunking
 device tables: a decode call continues every item's stream at its own position in
 one batch, chunks of different lengths right-padded to the longest.
 
-VoXtream's reference decodes with moshi's streaming, one frame a call; moshi's ring
-cache then drops a frame's oldest key once a stream passes 250 steps (10 s), which
-whole-sequence decoding does not. ``window="moshi"`` reproduces that (exactly, for
-the same chunking); the default ``"exact"`` decodes what the whole sequence decodes.
+VoXtream's generator decodes with moshi's streaming, one frame a call; moshi's ring
+cache then drops a frame's first step's oldest key once a stream passes 250 steps
+(10 s), which whole-sequence decoding does not. The default ``window="moshi"``
+reproduces that, whatever the engine's chunking, so the audio is the reference's;
+``window="exact"`` decodes what the whole sequence decodes instead.
 
 On CUDA with ``graphs``, calls replay CUDA graphs captured at start-up per chunk
 length (1, 2, 4, ... 32 frames, chunks right-padded) and batch bucket; calls no graph
@@ -56,7 +57,7 @@ class MimiVocoder(Vocoder):
     left_context = 0
 
     def __init__(
-        self, mimi: Mimi, max_streams: int, *, graphs: bool = False, window: str = "exact"
+        self, mimi: Mimi, max_streams: int, *, graphs: bool = False, window: str = "moshi"
     ) -> None:
         """``mimi``: the codec (its decoder at least) with the frames' codebooks;
         ``max_streams``: streams open at once (the engine opens up to twice its
@@ -86,7 +87,7 @@ class MimiVocoder(Vocoder):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         graphs: bool = False,
-        window: str = "exact",
+        window: str = "moshi",
     ) -> MimiVocoder:
         """The vocoder of a Kyutai Mimi file (its decoder half, 16 codebooks)."""
         mimi = load_mimi(path, NUM_CODEBOOKS, device=device, dtype=dtype, encoder=False)

@@ -110,17 +110,37 @@ def test_padding_rows_on_the_scratch_row_change_no_stream(mimi: Mimi) -> None:
         assert np.abs(got[:2, : n * HOP].numpy() - want[:, : n * HOP].numpy()).max() < 1e-6
 
 
-def test_the_moshi_window_differs_only_past_the_context(mimi: Mimi) -> None:
-    """``window="moshi"`` (moshi's ring cache) equals whole decoding until a stream
-    passes 250 steps, then drops each frame's oldest key: close, not equal."""
-    frames = random_frames(np.random.default_rng(2), 130)
+def frame_by_frame(mimi: Mimi, frames: np.ndarray) -> np.ndarray:
+    """``frames`` streamed one frame a call with ``window="moshi"``: what VoXtream's
+    generator gets from moshi (tests/models/voxtream/test_mimi_parity.py)."""
     pool = MimiStreams(mimi, 1, window="moshi")
-    got = np.concatenate(
-        [pool.decode([frames[i : i + 1]], [0])[0][0].numpy() for i in range(len(frames))]
-    )
-    want = whole(mimi, frames)
+    calls = [pool.decode([frames[i : i + 1]], [0])[0][0].numpy() for i in range(len(frames))]
+    return np.concatenate(calls)
+
+
+def test_the_moshi_window_leaves_whole_decoding_past_the_context_only(mimi: Mimi) -> None:
+    """``window="moshi"`` equals whole decoding until a stream passes 250 steps, then
+    drops each frame's oldest key: close, not equal; and it does so whatever the
+    chunking (a batch of two rows on different schedules)."""
+    rng = np.random.default_rng(2)
+    seqs = [random_frames(rng, 130) for _ in range(2)]
+    got = frame_by_frame(mimi, seqs[0])
+    want = whole(mimi, seqs[0])
     assert np.abs(got[: 125 * HOP] - want[: 125 * HOP]).max() < STREAM_TOLERANCE
     assert np.abs(got[125 * HOP :] - want[125 * HOP :]).max() > 1e-4
+    pool = MimiStreams(mimi, 2, window="moshi")
+    done = [0, 0]
+    pieces: list[list[np.ndarray]] = [[], []]
+    for sizes in ((1, 5), (2, 60), (64, 2), (63, 63)):
+        chunks = [seq[d : d + n] for seq, d, n in zip(seqs, done, sizes, strict=True)]
+        out, samples = pool.decode(chunks, [0, 1])
+        for s in range(2):
+            pieces[s].append(out[s, : samples[s]].numpy())
+            done[s] += sizes[s]
+    assert done == [130, 130]
+    for s in range(2):
+        chunked = np.concatenate(pieces[s])
+        assert np.abs(chunked - frame_by_frame(mimi, seqs[s])).max() < STREAM_TOLERANCE
 
 
 def run_loop(vocoder: MimiVocoder, units: list[np.ndarray], paces: list[int]) -> list[np.ndarray]:
@@ -156,21 +176,29 @@ def run_loop(vocoder: MimiVocoder, units: list[np.ndarray], paces: list[int]) ->
     return [np.concatenate(a) for a in audio]
 
 
-def test_the_vocoder_through_the_engine_loop_equals_whole_decoding(mimi: Mimi) -> None:
+@pytest.mark.parametrize("window", ["moshi", "exact"])
+def test_the_vocoder_through_the_engine_loop(mimi: Mimi, window: str) -> None:
+    """Streams paced differently share the loop's calls; each stream's audio is what
+    VoXtream's generator gets from moshi (the default window) or whole decoding."""
     rng = np.random.default_rng(3)
     units = [random_frames(rng, n) for n in (130, 50, 20)]
-    vocoder = MimiVocoder(mimi, max_streams=3)
+    vocoder = MimiVocoder(mimi, max_streams=3, window=window)
     assert (vocoder.left_context, vocoder.right_context) == (0, 0)
     assert (vocoder.sample_rate, vocoder.samples_per_frame) == (24000, HOP)
+
+    def expected(unit: np.ndarray) -> np.ndarray:
+        audio = frame_by_frame(mimi, unit) if window == "moshi" else whole(mimi, unit)
+        return np.clip(audio, -1, 1)
+
     streamed = run_loop(vocoder, units, paces=[3, 5, 2])
     for got, unit in zip(streamed, units, strict=True):
-        want = np.clip(whole(mimi, unit), -1, 1)
+        want = expected(unit)
         assert got.dtype == np.float32 and got.shape == want.shape
         assert np.abs(got - want).max() < STREAM_TOLERANCE
     # Every stream was closed: the pool is whole again, and rows reopened are fresh.
     again = run_loop(vocoder, units[1:], paces=[4, 4])
     for got, unit in zip(again, units[1:], strict=True):
-        assert np.abs(got - np.clip(whole(mimi, unit), -1, 1)).max() < STREAM_TOLERANCE
+        assert np.abs(got - expected(unit)).max() < STREAM_TOLERANCE
 
 
 def test_one_vocoder_call_takes_chunks_of_any_sizes(mimi: Mimi) -> None:
