@@ -169,7 +169,7 @@ class VoxRunner(SlotRunner):
         units = []
         for word in text.split():
             piece = self.text.encode_piece(word).tokens
-            if not len(piece.ids):
+            if not len(piece.ids) and not len(piece.punct_ids):
                 if any(ch.isalnum() for ch in word):
                     raise ModelInputError(
                         f"text: nothing speakable in {word[:40]!r}",

@@ -235,7 +235,7 @@ class VoxSlots:
         cache_slots = np.stack((2 * slots, 2 * slots + 1), axis=1).reshape(-1)
         self._reserve(cache_slots.tolist(), np.repeat(positions + 1, 2))
         rows = np.concatenate((slots[:, None], positions[:, None], pairs), axis=1)
-        bias = upload(np.asarray(guidance, np.float32), self.device)
+        bias = upload(np.asarray(guidance, np.float32), self.device, torch.float32)
         return self.steps(rows, bias, max_length=int(positions.max()) + 1)
 
     def _step(

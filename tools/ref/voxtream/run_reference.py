@@ -26,8 +26,9 @@ stand-in for a download or for something the checkpoint directory holds:
 matmul precision is set back to "highest" after import (voxtream sets "medium").
 
 JOB.json: {"mimi_config": dict | null, "generator": {overrides of generator.json},
-"jobs": [{"id", "text": str, "mode": "whole" | "words", "voice": path of a
-.prompt.npy, "key"?: int, "speaking_rate"?: float, "decode": bool}]}
+"speaking_rates": {rate: {duration_state, weight, cfg_gamma}} | null, "jobs": [{"id",
+"text": str, "mode": "whole" | "words", "voice": path of a .prompt.npy, "sampling"?:
+{"temperature", "topk", "top_p"}, "key"?: int, "speaking_rate"?: float, "decode": bool}]}
 -> OUT/<id>.codes.npy int64 [F, 16] (each decoded frame's codes, as Mimi gets them),
 OUT/<id>.moves.npy int64 [S] (every step's pointer move), OUT/<id>.audio.npy float32
 (with ``decode``).
@@ -39,6 +40,7 @@ import itertools
 import json
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +170,9 @@ def main() -> None:
         prompt = out / f"{item['id']}.wav"
         shutil.copy(item["voice"], out / f"{item['id']}.prompt.npy")
         prompt.write_bytes(b"")  # never read: the prompt cache stands in
+        sampling = {"temperature": config.temperature, "topk": config.topk, "top_p": config.top_p}
+        sampling.update(item.get("sampling", {}))
+        generator.config = generator.ctx.config = replace(config, **sampling)
         key = item.get("key")
         patch_draws(
             Draws(key) if key is not None else None,
