@@ -182,7 +182,7 @@ def main() -> None:
         moves, codes = [], []
         frame_fn = generator.model.generate_frame
 
-        def record_frame(*args, _frame=frame_fn, **kwargs):
+        def record_frame(*args, _frame=frame_fn, moves=moves, **kwargs):
             frame, shift, counts = _frame(*args, **kwargs)
             moves.append(int(shift.reshape(-1)[0]))
             return frame, shift, counts
@@ -190,7 +190,7 @@ def main() -> None:
         generator.model.generate_frame = record_frame
         decode = vx_generator.decode_audio_frame
 
-        def record_decode(mimi, frame, sem_code, mimi_vocab_size, _decode=decode):
+        def record_decode(mimi, frame, sem_code, mimi_vocab_size, _decode=decode, codes=codes):
             joined = torch.cat([sem_code, frame[:, 1:]], dim=1).clamp(0, mimi_vocab_size - 1)
             codes.append(joined[0].cpu().numpy().astype(np.int64))
             return _decode(mimi, frame, sem_code, mimi_vocab_size)
