@@ -60,6 +60,8 @@ class Track:
     """The previous frame's first code (audio pairs it with this frame's others)."""
     position: int = 0
     """The temporal cache's next position."""
+    words: deque[tuple[int, int, int]] = field(default_factory=deque)
+    """Words fed with timing asked for and not yet reached: (index, first phone, end)."""
 
     @classmethod
     def new(cls, prompt: int, prompt_tokens: np.ndarray, moves: int) -> Track:
@@ -98,6 +100,27 @@ class Track:
         if cut:
             self.finish(end)
         return cut
+
+    def add_word(self, index: int, first: int) -> None:
+        """The word ``index`` holds the phones from ``first`` to the current count."""
+        if index >= 0:
+            self.words.append((index, first, self.phone_count))
+
+    def reached(self, frame: int, last: int | None = None) -> list[tuple[int, int, int]]:
+        """Words the pointer has reached, now that its next frame (audio frame
+        ``frame`` of the context) reads :attr:`pair`: ``(index, start, end)`` in audio
+        frames. A word starts where the pointer first reads one of its phones; its end
+        is estimated from its phones at the pace the context has spoken so far.
+        ``last``: the context's audio ends after that frame (nothing starts later)."""
+        out = []
+        spoken = max(1, self.pointer - (self.prompt - 1))
+        per_phone = max(0.5, frame / spoken)
+        while self.words and self.pair[1] >= self.words[0][1]:
+            index, first, end = self.words.popleft()
+            start = frame if last is None else min(frame, last)
+            stop = start + max(1, round((end - first) * per_phone))
+            out.append((index, start, stop if last is None else min(stop, last + 1)))
+        return out
 
     def finish(self, end: list[int]) -> None:
         """The text is complete: silence and the end token go in."""

@@ -20,6 +20,7 @@ the last phone is the last.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +30,16 @@ import torch
 
 from models.base import (
     CLONE_VOICE,
+    AlignedText,
     Capabilities,
     ClonedVoice,
+    Feed,
     ModelInputError,
     Prepared,
     StepResult,
     SynthParams,
+    WordFrames,
+    word_spans,
 )
 from models.kit.requests import checked, overridden, voice_source
 from models.kit.runner import SlotRunner
@@ -117,6 +122,8 @@ class VoxRunner(SlotRunner):
         self.ignore_eos = ignore_eos
         self.frame_dim = slots.cfg.num_codebooks
         self.tracks: dict[int, Track] = {}
+        self._unit_words: dict[int, deque[int]] = {}
+        """Per slot, the word (or -1) of each queued unit, in order."""
         self._fields = {f.name: f for f in capabilities.request_fields}
         self.prepares_inline = False
 
@@ -166,19 +173,19 @@ class VoxRunner(SlotRunner):
 
     def encode_text(self, text: str) -> list[np.ndarray]:
         """One unit per word, each phonemised alone as the reference streams words."""
-        units = []
-        for word in text.split():
-            piece = self.text.encode_piece(word).tokens
-            if not len(piece.ids) and not len(piece.punct_ids):
-                if any(ch.isalnum() for ch in word):
-                    raise ModelInputError(
-                        f"text: nothing speakable in {word[:40]!r}",
-                        param="text",
-                        code="invalid_field",
-                    )
-                continue  # emoji, symbols: nothing to say
-            units.append(pack_unit(piece.merged(), piece.punct_delete))
-        return units
+        return [u for u in map(self._word_unit, text.split()) if u is not None]
+
+    def _word_unit(self, word: str) -> np.ndarray | None:
+        piece = self.text.encode_piece(word).tokens
+        if not len(piece.ids) and not len(piece.punct_ids):
+            if any(ch.isalnum() for ch in word):
+                raise ModelInputError(
+                    f"text: nothing speakable in {word[:40]!r}",
+                    param="text",
+                    code="invalid_field",
+                )
+            return None  # emoji, symbols: nothing to say
+        return pack_unit(piece.merged(), piece.punct_delete)
 
     def encode_whole(self, text: str) -> np.ndarray:
         """The reference's whole-text mode: ``text`` phonemised at once (words read
@@ -188,12 +195,35 @@ class VoxRunner(SlotRunner):
             raise ModelInputError("text: no speakable phonemes", param="text", code="invalid_field")
         return pack_unit(tokens.merged(), tokens.punct_delete, final=True)
 
+    def aligns_words(self, params: SynthParams) -> bool:
+        return True
+
+    def encode_aligned(self, text: str) -> AlignedText:
+        """:meth:`encode_text` with each unit's word: one word per unit."""
+        units, words = [], []
+        for index, word in enumerate(text.split()):
+            unit = self._word_unit(word)
+            if unit is not None:
+                units.append(unit)
+                words.append(np.asarray([[index, 0, len(unit)]], np.int64))
+        return AlignedText(units, words, word_spans(text))
+
     # -- the slot runner's hooks ------------------------------------------------------
 
     def on_free(self, slots: np.ndarray) -> None:
         for slot in slots.tolist():
             self.tracks.pop(slot, None)
+            self._unit_words.pop(slot, None)
             self.ar.release(slot)
+
+    def on_feed(self, feed: Feed) -> None:
+        super().on_feed(feed)
+        if feed.units:
+            queue = self._unit_words.setdefault(feed.slot, deque())
+            if feed.words:
+                queue.extend(int(w[0, 0]) if len(w) else -1 for w in feed.words)
+            else:
+                queue.extend([-1] * len(feed.units))
 
     def on_admit(self, slots: np.ndarray, prepared: list[Prepared]) -> None:
         ids = self.ids
@@ -262,7 +292,10 @@ class VoxRunner(SlotRunner):
             return None
         if self.queued[slot] > 0:
             ids, punctuation, final = unpack_unit(self.take_unit(slot))
+            word = self._unit_words[slot].popleft()
+            first = track.phone_count
             cut = track.add(ids, punctuation, self.max_phones, [self.ids.sil, self.ids.eos])
+            track.add_word(word, first)
             if final and not cut:
                 track.finish([self.ids.sil, self.ids.eos])
             return True
@@ -317,6 +350,7 @@ class VoxRunner(SlotRunner):
         counts = np.zeros(n, np.int64)
         hit = np.zeros(n, bool)
         frames: list[np.ndarray] = []
+        timed: list[tuple[int, int, int, int]] = []
         at = {slot: i for i, slot in enumerate(order)}
         vocab = self.ids.mimi_vocab
         for i, slot in enumerate(rows.tolist()):
@@ -338,12 +372,19 @@ class VoxRunner(SlotRunner):
                 track.move(move, step, self.rules)
             track.steps += 1
             track.position = track.position + 1 if step else track.prompt
+            # Audio frame ``k`` is step k's first code with step k + 1's others; step k
+            # read the phones of pair k. After the pointer passes the end, frame
+            # ``step`` is the last.
+            last = step if track.eos_step <= step else None
+            timed.extend((i, *word) for word in track.reached(step + 1, last))
             if ended:
                 finished[i] = True
             elif track.steps >= p.max_frames:  # type: ignore[union-attr]
                 finished[i] = hit[i] = True
         out = np.stack(frames) if frames else np.zeros((0, self.frame_dim), np.int64)
-        return StepResult(counts, out, finished.copy(), finished, hit, waiting & ~finished)
+        return StepResult(
+            counts, out, finished.copy(), finished, hit, waiting & ~finished, WordFrames.of(timed)
+        )
 
 
 def _delayed(codes: np.ndarray, pad: int) -> np.ndarray:
