@@ -150,8 +150,9 @@ def test_the_references_streaming_leaves_whole_decoding_past_its_context(
 
 @pytest.mark.parametrize(
     "chunks",
-    # One frame a call, doubling, steady; a first chunk longer than the keys kept.
-    [[1] * FRAMES, GROWING, [7] * 18 + [4], [128, 2]],
+    # Doubling, steady; a first chunk longer than the keys kept. (Calls of one frame:
+    # tests/models/voxtream/test_mimi_streaming.py, against whole decoding.)
+    [GROWING, [7] * 18 + [4], [128, 2]],
 )
 def test_exact_streaming_equals_the_references_whole_decode(
     mimi: Mimi, inputs: dict[str, np.ndarray], reference: dict[str, Any], chunks: list[int]

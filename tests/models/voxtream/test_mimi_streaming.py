@@ -110,21 +110,28 @@ def test_padding_rows_on_the_scratch_row_change_no_stream(mimi: Mimi) -> None:
         assert np.abs(got[:2, : n * HOP].numpy() - want[:, : n * HOP].numpy()).max() < 1e-6
 
 
-def frame_by_frame(mimi: Mimi, frames: np.ndarray) -> np.ndarray:
-    """``frames`` streamed one frame a call with ``window="moshi"``: what VoXtream's
-    generator gets from moshi (tests/models/voxtream/test_mimi_parity.py)."""
+def moshi_window(mimi: Mimi, frames: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """``frames`` streamed with ``window="moshi"``, ``chunk`` frames a call (all at once
+    when None). One frame a call is what VoXtream's generator gets from moshi
+    (tests/models/voxtream/test_mimi_parity.py)."""
     pool = MimiStreams(mimi, 1, window="moshi")
-    calls = [pool.decode([frames[i : i + 1]], [0])[0][0].numpy() for i in range(len(frames))]
+    step = chunk or len(frames)
+    calls = [
+        pool.decode([frames[i : i + step]], [0])[0][0].numpy() for i in range(0, len(frames), step)
+    ]
     return np.concatenate(calls)
 
 
 def test_the_moshi_window_leaves_whole_decoding_past_the_context_only(mimi: Mimi) -> None:
     """``window="moshi"`` equals whole decoding until a stream passes 250 steps, then
-    drops each frame's oldest key: close, not equal; and it does so whatever the
-    chunking (a batch of two rows on different schedules)."""
+    drops each frame's first step's oldest key: close, not equal; and it does so
+    whatever the chunking (one frame a call, all at once, or a batch of two rows on
+    different schedules)."""
     rng = np.random.default_rng(2)
     seqs = [random_frames(rng, 130) for _ in range(2)]
-    got = frame_by_frame(mimi, seqs[0])
+    at_once = [moshi_window(mimi, seq) for seq in seqs]
+    got = moshi_window(mimi, seqs[0], chunk=1)
+    assert np.abs(got - at_once[0]).max() < STREAM_TOLERANCE
     want = whole(mimi, seqs[0])
     assert np.abs(got[: 125 * HOP] - want[: 125 * HOP]).max() < STREAM_TOLERANCE
     assert np.abs(got[125 * HOP :] - want[125 * HOP :]).max() > 1e-4
@@ -139,8 +146,7 @@ def test_the_moshi_window_leaves_whole_decoding_past_the_context_only(mimi: Mimi
             done[s] += sizes[s]
     assert done == [130, 130]
     for s in range(2):
-        chunked = np.concatenate(pieces[s])
-        assert np.abs(chunked - frame_by_frame(mimi, seqs[s])).max() < STREAM_TOLERANCE
+        assert np.abs(np.concatenate(pieces[s]) - at_once[s]).max() < STREAM_TOLERANCE
 
 
 def run_loop(vocoder: MimiVocoder, units: list[np.ndarray], paces: list[int]) -> list[np.ndarray]:
@@ -179,7 +185,8 @@ def run_loop(vocoder: MimiVocoder, units: list[np.ndarray], paces: list[int]) ->
 @pytest.mark.parametrize("window", ["moshi", "exact"])
 def test_the_vocoder_through_the_engine_loop(mimi: Mimi, window: str) -> None:
     """Streams paced differently share the loop's calls; each stream's audio is what
-    VoXtream's generator gets from moshi (the default window) or whole decoding."""
+    VoXtream's generator gets from moshi (the default window; the same in one call as
+    one frame a call) or whole decoding."""
     rng = np.random.default_rng(3)
     units = [random_frames(rng, n) for n in (130, 50, 20)]
     vocoder = MimiVocoder(mimi, max_streams=3, window=window)
@@ -187,7 +194,7 @@ def test_the_vocoder_through_the_engine_loop(mimi: Mimi, window: str) -> None:
     assert (vocoder.sample_rate, vocoder.samples_per_frame) == (24000, HOP)
 
     def expected(unit: np.ndarray) -> np.ndarray:
-        audio = frame_by_frame(mimi, unit) if window == "moshi" else whole(mimi, unit)
+        audio = moshi_window(mimi, unit) if window == "moshi" else whole(mimi, unit)
         return np.clip(audio, -1, 1)
 
     streamed = run_loop(vocoder, units, paces=[3, 5, 2])
