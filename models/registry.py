@@ -67,6 +67,7 @@ FAMILIES: dict[str, Family] = {
         "models.voxtream.loader:load",
         recognize="models.voxtream.recognize",
         check="models.voxtream.checkpoint:check_weights",
+        sizing="models.voxtream.sizing",
     ),
 }
 RECOGNITION_ORDER = ("qwen3_tts", "fish_speech", "voxtream", "chatterbox", "piper")

@@ -39,6 +39,7 @@ from models.voxtream.pointer import PointerRules
 from models.voxtream.rates import DEFAULT_RATES, SpeakingRates
 from models.voxtream.runner import VoxRunner
 from models.voxtream.sampling import VoxSampling
+from models.voxtream.sizing import CPU
 from models.voxtream.slots import BLOCK, VoxSlots
 from models.voxtream.speaker import SPEAKER_FILE, load_speaker_encoder
 from models.voxtream.text.frontend import VoxtreamText
@@ -58,7 +59,8 @@ class VoxOptions:
     """The network's dtype; Mimi and the speaker encoder run in float32."""
     device: str = "cpu"
     max_contexts: int | Literal["auto"] = "auto"
-    """Contexts generating at once. ``auto``: 4 on a CPU, 64 on a GPU."""
+    """Contexts generating at once. ``auto``: 4 on a CPU; on a GPU sized at start-up
+    from the memory free after the weights (models.voxtream.sizing)."""
     kv_memory_fraction: float = 0.3
     """On a GPU, the most of the free memory the temporal transformer's KV pool takes."""
     cuda_graphs: bool = True
@@ -153,7 +155,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     root = checkpoint_root(checkpoint, options.checkpoint)
     device, dtype = torch.device(options.device), DTYPES[options.dtype]
     if options.max_contexts == "auto":
-        options = replace(options, max_contexts=64 if device.type == "cuda" else 4)
+        options = replace(options, max_contexts=CPU.max_contexts)
     assert isinstance(options.max_contexts, int)
     if not 1 <= options.max_frames <= 100_000:
         raise ValueError(f"model.max_frames must be from 1 to 100000, got {options.max_frames}")
