@@ -11,7 +11,7 @@ under ``formers`` (the reference ignores the key; its test runner registers the 
 shapes in its transformer pool). The vocabularies, codebooks, phone states and token ids
 are the real ones. ``audio_window_size`` is small, so a test reaches the sink rebuild.
 
-    python -m tests.models.voxtream.ckpt OUT_DIR
+    python -m tests.models.voxtream.ckpt OUT_DIR [--real]
 """
 
 from __future__ import annotations
@@ -24,9 +24,122 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from tests.models.voxtream.ckpt_mimi import build_mimi
+from models.blocks.mimi import MimiConfig
+from models.voxtream.config import KNOWN_FORMERS
+from tests.models.voxtream.ckpt_mimi import TINY, build_mimi
 
-PHONES = ["a", "ɪ", "ɛ", "æ", "ə", "ɚ", "ʌ", "ʊ", "u", "i", "o", "e", "ɔ", "ɑ", "ɜ", "ɐ", "ᵻ", "aɪ", "aʊ", "eɪ", "oʊ", "ɔɪ", "iː", "uː", "ɑː", "ɔː", "ɜː", "ɪə", "ʊə", "eə", "aɪə", "ˈa", "ˈɪ", "ˈɛ", "ˈæ", "ˈə", "ˈʌ", "ˈʊ", "ˈu", "ˈi", "ˈo", "ˈe", "ˈɔ", "ˈɑ", "ˈɜ", "ˈaɪ", "ˈaʊ", "ˈeɪ", "ˈoʊ", "ˈɔɪ", "ˈiː", "ˈuː", "ˈɑː", "ˈɔː", "ˈɜː", "ˈɪə", "ˌa", "ˌɪ", "ˌɛ", "ˌæ", "ˌə", "ˌʌ", "ˌʊ", "ˌu", "ˌi", "ˌo", "ˌe", "ˌaɪ", "ˌeɪ", "ˌoʊ", "ˌiː", "ˌuː", "ˌɑː", "p", "b", "t", "d", "k", "ɡ", "f", "v", "θ", "ð", "s", "z", "ʃ", "ʒ", "h", "m", "n", "ŋ", "l", "ɹ", "w", "j", "tʃ", "dʒ", "ɾ", "ʔ", "əl", "ɑːɹ", "ɔːɹ", "ɛɹ", "ɪɹ", "ʊɹ", "iə", "ɬ", "x", "ç", "n̩"]
+PHONES = [
+    "a",
+    "ɪ",
+    "ɛ",
+    "æ",
+    "ə",
+    "ɚ",
+    "ʌ",
+    "ʊ",
+    "u",
+    "i",
+    "o",
+    "e",
+    "ɔ",
+    "ɑ",
+    "ɜ",
+    "ɐ",
+    "ᵻ",
+    "aɪ",
+    "aʊ",
+    "eɪ",
+    "oʊ",
+    "ɔɪ",
+    "iː",
+    "uː",
+    "ɑː",
+    "ɔː",
+    "ɜː",
+    "ɪə",
+    "ʊə",
+    "eə",
+    "aɪə",
+    "ˈa",
+    "ˈɪ",
+    "ˈɛ",
+    "ˈæ",
+    "ˈə",
+    "ˈʌ",
+    "ˈʊ",
+    "ˈu",
+    "ˈi",
+    "ˈo",
+    "ˈe",
+    "ˈɔ",
+    "ˈɑ",
+    "ˈɜ",
+    "ˈaɪ",
+    "ˈaʊ",
+    "ˈeɪ",
+    "ˈoʊ",
+    "ˈɔɪ",
+    "ˈiː",
+    "ˈuː",
+    "ˈɑː",
+    "ˈɔː",
+    "ˈɜː",
+    "ˈɪə",
+    "ˌa",
+    "ˌɪ",
+    "ˌɛ",
+    "ˌæ",
+    "ˌə",
+    "ˌʌ",
+    "ˌʊ",
+    "ˌu",
+    "ˌi",
+    "ˌo",
+    "ˌe",
+    "ˌaɪ",
+    "ˌeɪ",
+    "ˌoʊ",
+    "ˌiː",
+    "ˌuː",
+    "ˌɑː",
+    "p",
+    "b",
+    "t",
+    "d",
+    "k",
+    "ɡ",
+    "f",
+    "v",
+    "θ",
+    "ð",
+    "s",
+    "z",
+    "ʃ",
+    "ʒ",
+    "h",
+    "m",
+    "n",
+    "ŋ",
+    "l",
+    "ɹ",
+    "w",
+    "j",
+    "tʃ",
+    "dʒ",
+    "ɾ",
+    "ʔ",
+    "əl",
+    "ɑːɹ",
+    "ɔːɹ",
+    "ɛɹ",
+    "ɪɹ",
+    "ʊɹ",
+    "iə",
+    "ɬ",
+    "x",
+    "ç",
+    "n̩",
+]
 PUNCTUATION = {".": 117, ",": 118, "?": 119, "!": 121}
 UNK = 122
 FORMERS = {
@@ -56,6 +169,16 @@ CONFIG = {
     "formers": FORMERS,
 }
 PROMPT_FRAMES = 6
+REAL = {
+    **{k: v for k, v in CONFIG.items() if k != "formers"},
+    "phone_former": "phone_former",
+    "temp_former": "temp_former",
+    "dep_former": "dep_former_csm",
+    "embedding_dim": 1024,
+    "audio_window_size": 625,
+}
+"""herimor/voxtream2's config.json: the reference's own transformer shapes (~462 M
+parameters), for GPU benchmarks with random weights."""
 
 
 def phone_table() -> dict[str, int]:
@@ -66,7 +189,9 @@ def phone_table() -> dict[str, int]:
 
 
 def _layers(prefix: str, spec: dict[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
-    d, heads, kv, mlp = (spec[k] for k in ("embed_dim", "num_heads", "num_kv_heads", "intermediate_dim"))
+    d, heads, kv, mlp = (
+        spec[k] for k in ("embed_dim", "num_heads", "num_kv_heads", "intermediate_dim")
+    )
     hd = d // heads
     out: dict[str, torch.Tensor] = {}
 
@@ -88,9 +213,9 @@ def _layers(prefix: str, spec: dict[str, int], g: torch.Generator) -> dict[str, 
     return out
 
 
-def model_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
+def model_tensors(seed: int = 0, real: bool = False) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    c = CONFIG
+    c = REAL if real else CONFIG
     d, v, k = c["embedding_dim"], c["audio_vocab_size"], c["num_codebooks"]
     out = {
         "phone_embeddings.weight": torch.randn(c["phone_vocab_size"], d, generator=g),
@@ -105,8 +230,17 @@ def model_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
         ("temp_former", "temp_former"),
         ("dep_former", "dep_former"),
     ):
-        out.update(_layers(prefix, FORMERS[c[key]], g))
+        out.update(_layers(prefix, _shape(c[key]), g))
     return {name: t.float().contiguous() for name, t in out.items()}
+
+
+def _shape(name: str) -> dict[str, int]:
+    if name in FORMERS:
+        return FORMERS[name]
+    layers, heads, kv, dim, mlp = KNOWN_FORMERS[name]
+    return dict(
+        num_layers=layers, num_heads=heads, num_kv_heads=kv, embed_dim=dim, intermediate_dim=mlp
+    )
 
 
 def write_prompt(path: Path, seed: int, frames: int = PROMPT_FRAMES) -> None:
@@ -121,15 +255,18 @@ def write_prompt(path: Path, seed: int, frames: int = PROMPT_FRAMES) -> None:
     np.save(path, data, allow_pickle=True)
 
 
-def build(out: Path, seed: int = 0) -> Path:
+def build(out: Path, seed: int = 0, real: bool = False) -> Path:
+    """A checkpoint directory at ``out``; ``real``: the published sizes (the transformers'
+    and Mimi's), voices of 3 s prompts."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    (out / "config.json").write_text(json.dumps(REAL if real else CONFIG, indent=1))
     (out / "phoneme_to_token.json").write_text(json.dumps(phone_table(), ensure_ascii=False))
-    save_file(model_tensors(seed), str(out / "model.safetensors"))
-    build_mimi(out, seed=seed)
+    save_file(model_tensors(seed, real), str(out / "model.safetensors"))
+    build_mimi(out, MimiConfig() if real else TINY, seed=seed)
     (out / "voices").mkdir(exist_ok=True)
-    write_prompt(out / "voices" / "default.prompt.npy", seed + 1)
-    write_prompt(out / "voices" / "second.prompt.npy", seed + 2, frames=4)
+    frames = 38 if real else PROMPT_FRAMES
+    write_prompt(out / "voices" / "default.prompt.npy", seed + 1, frames)
+    write_prompt(out / "voices" / "second.prompt.npy", seed + 2, frames=4 if not real else 25)
     return out
 
 
@@ -137,8 +274,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--real", action="store_true", help="the published sizes")
     args = parser.parse_args()
-    print(build(args.out, args.seed))
+    print(build(args.out, args.seed, args.real))
 
 
 if __name__ == "__main__":
