@@ -223,20 +223,27 @@ def main() -> None:
                     f"underruns {level['underruns']}; errors {len(level['errors'])}",
                     flush=True,
                 )
+                _write(args, levels)  # what a cut-short run measured is kept
             return levels
 
         levels = asyncio.run(everything())
+    report = _write(args, levels)
+    if not args.no_plot:
+        plot(report, args.out.with_suffix(".png"))
+    print(f"wrote {args.out}")
+
+
+def _write(args: argparse.Namespace, levels: list[dict]) -> dict:
     report = {
         "name": args.name or args.out.stem,
         "words_per_s": args.words_per_s,
         "server_options": args.server_option,
+        "server_engine": args.server_engine,
         "levels": levels,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-    if not args.no_plot:
-        plot(report, args.out.with_suffix(".png"))
-    print(f"wrote {args.out}")
+    return report
 
 
 if __name__ == "__main__":
