@@ -269,6 +269,34 @@ async def test_llm_tokens_in_opus_decode_to_the_speech(server: RunningServer) ->
     assert best_correlation(reference, decoded, 480) > 0.8
 
 
+async def test_speech_starts_on_the_first_words(server: RunningServer) -> None:
+    """Full-stream: audio comes while the rest of the text has not been sent (no
+    flush, no end); the rest then continues the utterance. A context cancelled
+    mid-speech (barge-in) sends nothing after ``context.cancelled``."""
+    client = await Client.connect(server.ws)
+    first, rest = ["Hello", " there", " my", " good"], [" old", " friend."]
+    for cid in ("go", "stop"):
+        await client.send(type="context.create", context_id=cid, options=GREEDY)
+        for token in first:
+            await client.send(type="text.append", context_id=cid, text=token)
+        await client.until_audio(cid, timeout=60)
+    for token in rest:
+        await client.send(type="text.append", context_id="go", text=token)
+    await client.send(type="context.end", context_id="go")
+    await client.send(type="context.cancel", context_id="stop")
+    cancelled = await client.until("context.cancelled", "stop", timeout=60)
+    done = await client.until("context.done", "go", timeout=60)
+    await client.drain(0.3)
+    await client.close()
+    assert not client.got.of_type("error")
+    assert done["usage"]["chars"] == len("".join(first + rest))
+    assert len(client.got.audio["go"]) == done["usage"]["frames"] * FRAME * 2 > 0
+    heard = len(client.got.audio["stop"])
+    assert heard > 0 and cancelled["audio_sent_ms"] * 48 == heard
+    after = client.got.order[client.got.order.index(("msg", "context.cancelled")) :]
+    assert ("audio", "stop") not in after
+
+
 async def test_two_contexts_on_one_socket(server: RunningServer) -> None:
     """Two contexts streamed word by word at once, interleaved on one socket: each
     gets its own stream of whole frames and its own ``context.done``."""
