@@ -361,6 +361,14 @@ async def test_seeded_speech_repeats_across_sessions(server: RunningServer) -> N
     assert not np.array_equal(c[: len(e)], e[: len(c)])
 
 
+async def test_max_new_tokens_caps_the_frames(server: RunningServer) -> None:
+    """``max_new_tokens`` N (a cap on frames, 12.5 a second): N frames of audio, then
+    the context ends with one ``max_frames_reached`` warning, as every family does."""
+    audio, done, client = await speak(server, [TEXT], options={**GREEDY, "max_new_tokens": 3})
+    assert [w["code"] for w in client.got.of_type("warning")] == ["max_frames_reached"]
+    assert done["usage"]["frames"] == 3 and len(audio) == 3 * FRAME * 2
+
+
 # -- HTTP and the vllm-omni socket ----------------------------------------------------
 
 
