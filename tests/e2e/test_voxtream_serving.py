@@ -297,6 +297,25 @@ async def test_speech_starts_on_the_first_words(server: RunningServer) -> None:
     assert ("audio", "stop") not in after
 
 
+async def test_a_long_stream_passes_the_window(server: RunningServer) -> None:
+    """A paragraph streamed word by word runs past the model's temporal window (40
+    frames in the test checkpoint; its cache is rebuilt) and is spoken to the end:
+    every word is timed, once and in order."""
+    sentence = (
+        "The quick brown fox jumps over the lazy dog while the band plays on, and everyone "
+        "in the square turns to watch the little parade go by in the evening sun."
+    )
+    text = " ".join([sentence] * 2)
+    tokens = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+    audio, done, client = await speak(server, tokens, timestamps="word", options=GREEDY)
+    window = 40
+    assert done["usage"]["frames"] > 2 * window
+    assert len(audio) == done["usage"]["frames"] * FRAME * 2
+    words = [w for m in client.got.of_type("timestamps") for w in m["words"]]
+    assert [w["text"] for w in words] == text.split(" ")
+    assert all(text[w["char_start"] : w["char_end"]] == w["text"] for w in words)
+
+
 async def test_two_contexts_on_one_socket(server: RunningServer) -> None:
     """Two contexts streamed word by word at once, interleaved on one socket: each
     gets its own stream of whole frames and its own ``context.done``."""
