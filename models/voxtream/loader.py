@@ -95,8 +95,9 @@ class VoxOptions:
     normalize_prompt_loudness: bool = False
     """Scale reference audio to ``prompt_loudness_lufs`` before cloning (voxtream2.1)."""
     prompt_loudness_lufs: float = -23.0
-    max_frames: int = 750
-    """Frames one context may make (80 ms each; the reference stops at 60 s)."""
+    max_frames: int = 749
+    """Audio frames one context may make (80 ms each; the reference's 60 s: 750 steps, the
+    first of which speaks nothing)."""
     max_phone_tokens: int = 2000
     """Phone tokens one context may hold (prompt and text); past it the text is cut."""
     bench_ignore_eos: bool = False

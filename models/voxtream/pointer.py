@@ -44,6 +44,8 @@ class Track:
     """Tokens so far."""
     ended: bool = False
     """The text is complete: silence and the end token are in."""
+    cut: bool = False
+    """The text was cut at the phone limit (the context ends at a limit)."""
     phone_count: int = 0
     """Phones the pointer may stand on (``phone_seq_len``)."""
     pointer: int = 0
@@ -98,6 +100,7 @@ class Track:
         self.length += len(ids)
         self.phone_count = self.length - len(self.punctuation)
         if cut:
+            self.cut = True
             self.finish(end)
         return cut
 

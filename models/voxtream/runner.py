@@ -71,7 +71,7 @@ class VoxPrepared(Prepared):
     sampling: VoxSampling = VoxSampling()
     rate: float | None = None
     key: int = 0
-    max_frames: int = 750
+    max_frames: int = 749
 
 
 def pack_unit(tokens: np.ndarray, punctuation: np.ndarray, final: bool = False) -> np.ndarray:
@@ -377,9 +377,10 @@ class VoxRunner(SlotRunner):
             # ``step`` is the last.
             last = step if track.eos_step <= step else None
             timed.extend((i, *word) for word in track.reached(step + 1, last))
-            if ended:
+            if ended and not track.cut:
                 finished[i] = True
-            elif track.steps >= p.max_frames:  # type: ignore[union-attr]
+            elif track.steps > p.max_frames or track.cut and ended:  # type: ignore[union-attr]
+                # Step 0 speaks nothing: a cap of N frames is N + 1 steps.
                 finished[i] = hit[i] = True
         out = np.stack(frames) if frames else np.zeros((0, self.frame_dim), np.int64)
         return StepResult(
