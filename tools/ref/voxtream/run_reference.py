@@ -86,14 +86,25 @@ def generator_config(overrides: dict) -> SpeechGeneratorConfig:
 
 
 def register_formers(ckpt: Path) -> None:
+    """The pool entries the checkpoint's config names: the shapes its ``formers`` key
+    gives, else the reference's own (rebuilt here: the import built stand-ins)."""
+    from models.voxtream.config import KNOWN_FORMERS  # the same shapes, as facts
+
     config = json.loads((ckpt / "config.json").read_text())
     shapes = config.get("formers", {})
     for key in ("phone_former", "temp_former", "dep_former"):
         name = config[key]
         if name in shapes:
             vx_model.MODEL_POOL[name] = vx_model.get_llama3_2(**shapes[name])
-        else:  # the reference's own (real-size) shapes
-            vx_model.MODEL_POOL[name] = vx_model.MODEL_POOL.get(name)
+        else:
+            layers, heads, kv, dim, mlp = KNOWN_FORMERS[name]
+            vx_model.MODEL_POOL[name] = vx_model.get_llama3_2(
+                num_layers=layers,
+                num_heads=heads,
+                num_kv_heads=kv,
+                embed_dim=dim,
+                intermediate_dim=mlp,
+            )
 
 
 class Draws:
@@ -133,10 +144,9 @@ def patch_draws(draws: Draws | None, states: int, vocab: int) -> None:
     vx_model.sample_top_p = top_p
 
 
-def main() -> None:
-    ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    torch.set_num_threads(2)
-    job = json.loads(job_path.read_text())
+def make_generator(ckpt: Path, job: dict) -> vx_generator.SpeechGenerator:
+    """The reference's SpeechGenerator on ``ckpt`` with the job's generator settings,
+    Mimi config and speaking rates (on CUDA when there is one, as the reference picks)."""
     files = {p.name: str(p) for p in ckpt.iterdir() if p.is_file()}
     vx_setup.hf_hub_download = lambda repo, name, token=None: files[name]
     mimi_config = job.get("mimi_config")
@@ -160,16 +170,29 @@ def main() -> None:
         "apply_vad": False,
         "enhance_prompt": False,
     }
-    config = generator_config(overrides)
-    rates = job.get("speaking_rates")
-    generator = vx_generator.SpeechGenerator(config, rates)
+    generator = vx_generator.SpeechGenerator(generator_config(overrides), job.get("speaking_rates"))
     torch.set_float32_matmul_precision("highest")
+    return generator
+
+
+def prompt_path(voice: str | Path, out: Path, name: str) -> Path:
+    """A prompt path whose cache (``<stem>.prompt.npy``) is the voice file."""
+    shutil.copy(voice, out / f"{name}.prompt.npy")
+    path = out / f"{name}.wav"
+    path.write_bytes(b"")  # never read: the prompt cache stands in
+    return path
+
+
+def main() -> None:
+    ckpt, job_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    torch.set_num_threads(2)
+    job = json.loads(job_path.read_text())
+    generator = make_generator(ckpt, job)
+    config = generator.config
     model_cfg = generator.model.config
     results = []
     for item in job["jobs"]:
-        prompt = out / f"{item['id']}.wav"
-        shutil.copy(item["voice"], out / f"{item['id']}.prompt.npy")
-        prompt.write_bytes(b"")  # never read: the prompt cache stands in
+        prompt = prompt_path(item["voice"], out, item["id"])
         sampling = {"temperature": config.temperature, "topk": config.topk, "top_p": config.top_p}
         sampling.update(item.get("sampling", {}))
         generator.config = generator.ctx.config = replace(config, **sampling)
