@@ -130,8 +130,23 @@ class VoxSlots:
                 torch.zeros(size, moves, dtype=torch.float32, device=self.device),
             ),
         )
+        # A context's first frame, from its prompt's last hidden states: the same sampling
+        # and depth transformer as a step (~1,000 small kernels), replayed too.
+        dim = cfg.embedding_dim
+        self.firsts = GraphedRows(
+            self._first,
+            (slots,),
+            self.device,
+            slots,
+            graphs=graphs,
+            extra_padding=lambda size: (
+                torch.zeros(size, 2, dim, dtype=self.dtype, device=self.device),
+                torch.zeros(size, moves, dtype=torch.float32, device=self.device),
+            ),
+        )
         with torch.no_grad():
             self.steps.capture()
+            self.firsts.capture()
 
     @property
     def frame_width(self) -> int:
@@ -223,8 +238,9 @@ class VoxSlots:
             upload(range(2 * len(starts)), self.device),
             upload(np.repeat(counts, 2) - 1, self.device),
         ]
-        guidance = torch.as_tensor(np.stack([s.guidance for s in starts]), device=self.device)
-        return self._frame(ids, last, guidance)
+        guidance = upload(np.stack([s.guidance for s in starts]), self.device, torch.float32)
+        pairs = last.view(len(starts), 2, -1)
+        return self.firsts(np.asarray(slots, np.int64)[:, None], pairs, guidance)
 
     @torch.no_grad()
     def advance(
@@ -259,6 +275,13 @@ class VoxSlots:
             max_length,
         )
         return self._frame(slots, hidden, guidance)
+
+    def _first(
+        self, rows: torch.Tensor, pairs: torch.Tensor, guidance: torch.Tensor
+    ) -> torch.Tensor:
+        """(slot,) rows [B, 1] and their prompts' last hidden states [B, 2, D] -> each
+        context's first frame (what the graphs capture: device inputs only)."""
+        return self._frame(rows[:, 0], pairs.reshape(-1, pairs.shape[-1]), guidance)
 
     def _frame(
         self, slots: torch.Tensor, hidden: torch.Tensor, guidance: torch.Tensor
