@@ -211,8 +211,8 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         )
     voices = Voices(named, cfg.num_codebooks, codes_vocab, cfg.spk_embedding_dim, cloner)
     model = load_model(root, cfg, device, dtype)
-    blocks = kv_blocks(
-        options.max_contexts,
+    blocks = kv_blocks(  # two cache rows a context: conditional and unconditional
+        2 * options.max_contexts,
         cfg.audio_window_size,
         BLOCK,
         options.kv_memory_fraction,
@@ -224,7 +224,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         model,
         options.max_contexts,
         options.max_phone_tokens + 2,
-        blocks=2 * blocks,
+        blocks=blocks,
         cuda_graphs=options.cuda_graphs,
         speaker_weight=options.spk_proj_weight,
     )
