@@ -15,5 +15,12 @@
 - :mod:`models.blocks.dac`: Fish Speech's modded DAC codec (causal convolutions,
   window-limited transformers, a semantic + residual quantizer), 44.1 kHz audio <->
   10 codes per 2048 samples (S2 Pro's ``codec.pth``), with ``dac_conv``, ``dac_rvq``
-  and ``dac_transformer`` beside it.
+  and ``dac_transformer`` beside it;
+- :mod:`models.blocks.mimi`: Kyutai's Mimi codec (SEANet, a 250-step causal
+  transformer, a split residual quantizer), 24 kHz audio <-> 12.5 frames a second,
+  loaded from Kyutai's file; ``mimi_stream`` keeps streamed decoding's state in slot
+  tables and ``mimi_vocoder`` serves it as a batched, exact streaming ``Vocoder``
+  (VoXtream2's codec);
+- :mod:`models.blocks.redimnet`: IDRnD's ReDimNet speaker encoder (16 kHz audio ->
+  an embedding), built from its ``.pt`` file's ``model_config`` (VoXtream2's clones).
 """

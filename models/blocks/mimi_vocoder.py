@@ -1,4 +1,5 @@
-"""VoXtream2's codec decoder (Kyutai's Mimi, 16 codebooks) behind the Vocoder interface.
+"""Kyutai's Mimi behind the Vocoder interface: streamed, batched, exact (a kit block; VoXtream2
+decodes its frames' 16 codebooks with it).
 
 Mimi is causal throughout and its streamed state is kept (convolution histories,
 transposed convolutions' spill, the decoder transformer's last 249 keys and values),
@@ -38,7 +39,7 @@ from models.upload import upload
 log = logging.getLogger(__name__)
 
 NUM_CODEBOOKS = 16
-"""The codes of a VoXtream frame: Mimi's first 16 codebooks, codebook 0 first."""
+"""Codebooks a frame holds by default (VoXtream's: Mimi's first 16, codebook 0 first)."""
 GRAPH_FRAMES = (1, 2, 4, 8, 16, 32)
 """Chunk lengths with graphs (a chunk is padded to the next one)."""
 GRAPH_MAX_FRAMES_PER_CALL = 512
@@ -88,9 +89,10 @@ class MimiVocoder(Vocoder):
         dtype: torch.dtype = torch.float32,
         graphs: bool = False,
         window: str = "moshi",
+        num_codebooks: int = NUM_CODEBOOKS,
     ) -> MimiVocoder:
-        """The vocoder of a Kyutai Mimi file (its decoder half, 16 codebooks)."""
-        mimi = load_mimi(path, NUM_CODEBOOKS, device=device, dtype=dtype, encoder=False)
+        """The vocoder of a Kyutai Mimi file (its decoder half, ``num_codebooks``)."""
+        mimi = load_mimi(path, num_codebooks, device=device, dtype=dtype, encoder=False)
         return cls(mimi, max_streams, graphs=graphs, window=window)
 
     @property

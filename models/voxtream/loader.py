@@ -28,6 +28,7 @@ from models.base import (
     parse_options,
 )
 from models.blocks.mimi import MIMI_FILE, load_mimi
+from models.blocks.mimi_vocoder import MimiVocoder
 from models.checkpoint import CheckpointError, checkpoint_root
 from models.dtypes import DTYPES
 from models.fields import MAX_NEW_TOKENS, REF_AUDIO, REF_AUDIO_SAMPLE_RATE, SEED, TOP_K
@@ -43,7 +44,6 @@ from models.voxtream.sizing import CPU
 from models.voxtream.slots import BLOCK, VoxSlots
 from models.voxtream.speaker import SPEAKER_FILE, load_speaker_encoder
 from models.voxtream.text.frontend import VoxtreamText
-from models.voxtream.vocoder import MimiVocoder
 from models.voxtream.voice import Voices, read_prompt, voice_files
 
 PHONE_TABLE = "phoneme_to_token.json"
@@ -74,7 +74,7 @@ class VoxOptions:
     mimi_window: Literal["moshi", "exact"] = "moshi"
     """How Mimi's decoder transformer looks back past its 250-step context: ``moshi``
     as the reference's streaming decoder does (its audio, exactly), ``exact`` as
-    whole-sequence decoding does (models.voxtream.vocoder)."""
+    whole-sequence decoding does (models.blocks.mimi_vocoder)."""
     voices: str | None = None
     """Folder of voice prompts; default: the checkpoint's ``voices/``."""
     default_voice: str | None = None

@@ -13,7 +13,7 @@ the phone transformer over the context's whole phone sequence, as the reference 
 A frame is one temporal step (12.5 a second). The first step prefills the voice prompt;
 its frame is not spoken (its codes 1.. belong to the prompt's delay). From the second
 on, a step's audio frame is the previous step's first code with this step's others,
-clamped to Mimi's codes (``models.voxtream.vocoder``). The step after the pointer passes
+clamped to Mimi's codes (``models.blocks.mimi_vocoder``). The step after the pointer passes
 the last phone is the last.
 """
 

@@ -21,8 +21,8 @@ from safetensors.torch import save_file
 from models.base import DecodeItem
 from models.blocks.mimi import MIMI_FILE, Mimi, config_from_shapes, load_mimi
 from models.blocks.mimi_stream import MimiStreams
+from models.blocks.mimi_vocoder import MimiVocoder
 from models.checkpoint import CheckpointError
-from models.voxtream.vocoder import MimiVocoder
 from tests.models.voxtream.ckpt_mimi import TINY, build_mimi, mimi_tensors
 from voiceserver.engine.frames import FrameRing
 from voiceserver.engine.vocoder_loop import VocoderLoop, VocoderLoopConfig
