@@ -202,7 +202,10 @@ def run_job(tts: VoxCPM, rec: Recorder, item: dict[str, Any], out: Path) -> dict
     if ("seed" in item) == ("noise" in item):
         raise ValueError(f"job {name}: give exactly one of 'seed' and 'noise'")
     rows = np.load(item["noise"]).astype(np.float32) if "noise" in item else None
-    noise = Noise((1, model.feat_dim, model.patch_size), rows)
+    shape = (1, model.feat_dim, model.patch_size)
+    if rows is not None and (rows.ndim != 3 or rows.shape[1:] != shape[1:]):
+        raise ValueError(f"job {name}: noise rows are {rows.shape[1:]}, not {shape[1:]}")
+    noise = Noise(shape, rows)
     rec.clear()
     kwargs = dict(
         text=item["text"],
