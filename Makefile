@@ -14,6 +14,8 @@ CBX_REF_STAMP := .venv-ref-chatterbox/.voiceserver-ref-pins
 FISH_REF_STAMP := .venv-ref-fish/.voiceserver-ref-pins
 # The VoXtream2 reference (voxtream==0.2.5), likewise apart.
 VOX_REF_STAMP := .venv-ref-voxtream/.voiceserver-ref-pins
+# The VoxCPM2 reference (voxcpm==2.0.3), likewise apart.
+VCPM_REF_STAMP := .venv-ref-voxcpm/.voiceserver-ref-pins
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -29,7 +31,7 @@ JS_STAMP := $(JS_DIR)/node_modules/.voiceserver-installed
 serve: setup
 	$(VENV)/bin/voiceserver serve --host $(HOST) --port $(PORT)
 
-test: setup test-deps $(REF_STAMP) $(CBX_REF_STAMP) $(FISH_REF_STAMP) $(VOX_REF_STAMP) $(JS_STAMP)
+test: setup test-deps $(REF_STAMP) $(CBX_REF_STAMP) $(FISH_REF_STAMP) $(VOX_REF_STAMP) $(VCPM_REF_STAMP) $(JS_STAMP)
 	cd $(JS_DIR) && npm run --silent check && npm test --silent
 	$(PY) -m pytest -q
 
@@ -75,6 +77,9 @@ $(FISH_REF_STAMP): tools/ref/fish_speech/make_venv.sh
 $(VOX_REF_STAMP): tools/ref/voxtream/make_venv.sh
 	bash tools/ref/voxtream/make_venv.sh
 
+$(VCPM_REF_STAMP): tools/ref/voxcpm/make_venv.sh
+	bash tools/ref/voxcpm/make_venv.sh
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -83,4 +88,4 @@ bench: setup
 	$(PY) -m bench.loadgen --concurrency 1 4 16
 
 clean:
-	rm -rf $(VENV) .venv-ref .venv-ref-chatterbox .venv-ref-fish .venv-ref-voxtream $(JS_DIR)/node_modules
+	rm -rf $(VENV) .venv-ref .venv-ref-chatterbox .venv-ref-fish .venv-ref-voxtream .venv-ref-voxcpm $(JS_DIR)/node_modules

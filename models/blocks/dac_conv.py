@@ -79,11 +79,12 @@ class CausalConv(nn.Module):
         dilation: int = 1,
         groups: int = 1,
         normed: bool = True,
+        style: str = PARAMETRIZED,
     ) -> None:
         super().__init__()
         self.conv = nn.Conv1d(c_in, c_out, kernel, stride, dilation=dilation, groups=groups)
         if normed:
-            mark_weight_norm(self.conv, PARAMETRIZED)
+            mark_weight_norm(self.conv, style)
         self.stride = stride
         self.reach = (kernel - 1) * dilation + 1
         self.padding = self.reach - stride
@@ -100,11 +101,19 @@ class CausalConvTranspose(nn.Module):
     """A transposed conv whose output is cut to ``stride`` samples per input sample,
     dropping the kernel's spill past the end (``CausalTransConvNet``)."""
 
-    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, normed: bool = True):
+    def __init__(
+        self,
+        c_in: int,
+        c_out: int,
+        kernel: int,
+        stride: int,
+        normed: bool = True,
+        style: str = PARAMETRIZED,
+    ) -> None:
         super().__init__()
         self.conv = nn.ConvTranspose1d(c_in, c_out, kernel, stride)
         if normed:
-            mark_weight_norm(self.conv, PARAMETRIZED)
+            mark_weight_norm(self.conv, style)
         self.spill = kernel - stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -125,15 +134,18 @@ class Snake(nn.Module):
 
 
 class ResidualUnit(nn.Module):
-    """Snake -> dilated causal conv (k7) -> Snake -> conv (k1), added to the input."""
+    """Snake -> dilated causal conv (k7; depthwise with ``groups`` = channels) -> Snake ->
+    conv (k1), added to the input."""
 
-    def __init__(self, channels: int, dilation: int) -> None:
+    def __init__(
+        self, channels: int, dilation: int, groups: int = 1, style: str = PARAMETRIZED
+    ) -> None:
         super().__init__()
         self.block = nn.Sequential(
             Snake(channels),
-            CausalConv(channels, channels, 7, dilation=dilation),
+            CausalConv(channels, channels, 7, dilation=dilation, groups=groups, style=style),
             Snake(channels),
-            CausalConv(channels, channels, 1),
+            CausalConv(channels, channels, 1, style=style),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
