@@ -221,6 +221,17 @@ class Stack(nn.Module):
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.norm(x)
 
+    def bidirectional(self, x: torch.Tensor) -> torch.Tensor:
+        """Every position attending to every other (an encoder over a short sequence, no
+        cache): ``x`` [B, T, H] at positions 0..T-1; the final-norm hidden states."""
+        b, t, _ = x.shape
+        positions = torch.arange(t, device=x.device)[None].expand(b, t)
+        rope = self.rope(positions, x.dtype)
+        for layer in self.layers:
+            q, k, v = layer.qkv(x, rope)
+            x = layer.residual(x, grouped_attention(q, k, v, None))
+        return self.norm(x)
+
     def prefill(
         self,
         embeds: torch.Tensor,

@@ -45,6 +45,7 @@ file names below}]}, and per job, float32 unless said:
   model feeds it to LocEnc and stacks it for the VAE);
 - <id>.noise.npy [T, feat_dim, patch_size]: each patch's initial noise, channel-major;
 - <id>.mu.npy [T, 2 * dit hidden]: the DiT's condition per step (lm_to_dit | res_to_dit);
+- <id>.cond.npy [T, feat_dim, patch_size]: the DiT's prefix patch per step, channel-major;
 - <id>.stop_logits.npy [T, 2]: the stop head's logits at each step (argmax 1 = stop,
   honoured only for steps > min_len);
 - <id>.tokens.npy int64 [S], <id>.text_mask.npy / <id>.audio_mask.npy int64 [S],
@@ -134,6 +135,7 @@ class Recorder:
 
     def clear(self) -> None:
         self.mu: list[np.ndarray] = []
+        self.cond: list[np.ndarray] = []
         self.patches: list[np.ndarray] = []
         self.stop: list[np.ndarray] = []
         self.prefill: dict[str, Any] = {}
@@ -148,6 +150,7 @@ class Recorder:
     def _on_cfm(self, real: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         out = real(*args, **kwargs)
         self.mu.append(kwargs["mu"][0].float().cpu().numpy())
+        self.cond.append(kwargs["cond"][0].float().cpu().numpy())
         self.patches.append(out[0].transpose(0, 1).float().cpu().numpy())
         return out
 
@@ -255,6 +258,7 @@ def run_job(tts: VoxCPM, rec: Recorder, item: dict[str, Any], out: Path) -> dict
         "patches": patches,
         "noise": np.stack(noise.drawn).astype(np.float32),
         "mu": np.stack(rec.mu).astype(np.float32),
+        "cond": np.stack(rec.cond).astype(np.float32),
         "stop_logits": np.stack(rec.stop).astype(np.float32),
         "tokens": pre["tokens"],
         "text_mask": pre["text_mask"],
