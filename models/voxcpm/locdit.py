@@ -23,14 +23,6 @@ from torch import nn
 from models.blocks.llama import Stack, TransformerConfig
 
 
-def longrope_inv_freq(head_dim: int, theta: float, factors: list[float]) -> torch.Tensor:
-    """MiniCPM-4's frequencies: the usual ones divided by a factor each."""
-    if len(factors) != head_dim // 2:
-        raise ValueError(f"LongRoPE needs {head_dim // 2} factors, got {len(factors)}")
-    base = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    return base / torch.tensor(factors, dtype=torch.float32)
-
-
 def sinusoid(t: torch.Tensor, dim: int, scale: float = 1000.0) -> torch.Tensor:
     """[N] -> [N, dim]: sin | cos of ``scale * t`` at geometric frequencies (in t's dtype)."""
     half = dim // 2
@@ -124,36 +116,3 @@ def solve(
         if step < len(span) - 1:
             dt = t - span[step + 1]
     return x
-
-
-def rope_of(lm: dict, head_dim: int) -> tuple[torch.Tensor, float]:
-    """(frequencies, cos/sin scale) of ``lm_config``'s LongRoPE for heads of ``head_dim``:
-    the long factors past the original context, else the short ones."""
-    scaling = lm.get("rope_scaling") or {}
-    longest = lm["max_position_embeddings"]
-    original = scaling.get("original_max_position_embeddings", longest)
-    factors = scaling["long_factor"] if longest > original else scaling["short_factor"]
-    scale = math.sqrt(1 + math.log(longest / original) / math.log(original))
-    return longrope_inv_freq(head_dim, float(lm.get("rope_theta", 10000)), factors), scale
-
-
-def dit_config(data: dict) -> tuple[TransformerConfig, torch.Tensor]:
-    """The local DiT's stack shape and rotary frequencies from ``config.json``: its own
-    sizes (``dit_config``), the rest (KV heads, norm epsilon, rotary) from ``lm_config``."""
-    lm, dit = data["lm_config"], data["dit_config"]
-    head_dim = dit.get("kv_channels") or dit["hidden_dim"] // dit["num_heads"]
-    inv_freq, scale = rope_of(lm, head_dim)
-    if abs(scale - 1.0) > 1e-12:
-        raise ValueError("LongRoPE with a cos/sin scale other than 1 is not supported yet")
-    cfg = TransformerConfig(
-        hidden_size=dit["hidden_dim"],
-        intermediate_size=dit["ffn_dim"],
-        num_layers=dit["num_layers"],
-        num_heads=dit["num_heads"],
-        num_kv_heads=lm["num_key_value_heads"],
-        head_dim=head_dim,
-        rms_norm_eps=lm["rms_norm_eps"],
-        rope_theta=float(lm.get("rope_theta", 10000)),
-        qk_norm=False,
-    )
-    return cfg, inv_freq

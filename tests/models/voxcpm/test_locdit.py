@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from models.checkpoint import compare, header_shapes, load_tensors, read_headers
-from models.voxcpm.locdit import LocDiT, dit_config, solve
+from models.voxcpm.config import stack_config
+from models.voxcpm.locdit import LocDiT, solve
 from tests.models.reference_env import outputs, run_script
 from tests.models.voxcpm.ckpt import build
 
@@ -48,7 +49,7 @@ def reference(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def load_locdit(ckpt: Path) -> LocDiT:
-    cfg, inv_freq = dit_config(json.loads((ckpt / "config.json").read_text()))
+    cfg, inv_freq = stack_config(json.loads((ckpt / "config.json").read_text()), "dit_config")
     feat_dim = json.loads((ckpt / "config.json").read_text())["feat_dim"]
     model = LocDiT(cfg, feat_dim, inv_freq)
     files = [ckpt / "model.safetensors"]
