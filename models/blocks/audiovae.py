@@ -1,4 +1,9 @@
-"""VoxCPM2's AudioVAE decoder: latents (25 a second) -> 48 kHz audio, fully causal.
+"""VoxCPM2's AudioVAE: 16 kHz audio -> latents (25 a second) -> 48 kHz audio, fully causal.
+
+The encoder (:class:`AudioVAEEncoder`, for voice prompts): a conv (k7) to ``encoder_dim``
+channels, one block per rate (three depthwise residual units, Snake, a strided causal conv
+doubling the channels), and ``fc_mu`` (k3); the input is zero-padded on the right to
+whole latents, and the latents are the mean (no sampling).
 
 A DAC-lineage decoder built from the kit's causal convolutions (``models.blocks.
 dac_conv``): a depthwise conv (k7) and a 1x1 conv up to ``decoder_dim`` channels; one
@@ -120,6 +125,87 @@ class AudioVAEDecoder(nn.Module):
         return x
 
 
+class _EncoderBlock(nn.Module):
+    """3 depthwise residual units -> Snake -> strided causal conv (k = 2 x stride)."""
+
+    def __init__(self, c_in: int, stride: int) -> None:
+        super().__init__()
+        self.block = nn.Sequential(
+            *(ResidualUnit(c_in, d, groups=c_in, style=LEGACY) for d in (1, 3, 9)),
+            Snake(c_in),
+            CausalConv(c_in, 2 * c_in, 2 * stride, stride=stride, style=LEGACY),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+class AudioVAEEncoder(nn.Module):
+    def __init__(self, cfg: AudioVAEConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        width = cfg.encoder_dim
+        layers: list[nn.Module] = [CausalConv(1, width, 7, style=LEGACY)]
+        for stride in cfg.encoder_rates:
+            layers.append(_EncoderBlock(width, stride))
+            width *= 2
+        self.block = nn.Sequential(*layers)
+        self.fc_mu = CausalConv(width, cfg.latent_dim, 3, style=LEGACY)
+
+    @property
+    def hop(self) -> int:
+        return math.prod(self.cfg.encoder_rates)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        """Audio [B, samples] at ``sample_rate`` -> latents [B, latent_dim, ceil(samples /
+        hop)] (right-padded with zeros to whole latents first)."""
+        pad = -audio.shape[-1] % self.hop
+        x = nn.functional.pad(audio, (0, pad))[:, None]
+        return self.fc_mu(self.block(x))
+
+
+def load_audiovae_encoder(
+    path: Path | str,
+    cfg: AudioVAEConfig,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> AudioVAEEncoder:
+    """The encoder of the release's ``audiovae.pth``, strictly (``encoder.fc_logvar`` is
+    in the file and unused: the prompt's latents are the mean)."""
+    state = _read(Path(path))
+    encoder = AudioVAEEncoder(cfg)
+    found = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+    expected = {k.replace(".conv.", "."): v for k, v in stored_shapes(encoder).items()}
+    logvar = {k: v for k, v in expected.items() if k.startswith("fc_mu.")}
+    expected.update({k.replace("fc_mu.", "fc_logvar."): v for k, v in logvar.items()})
+    shapes = {k: tuple(v.shape) for k, v in found.items()}
+    compare(expected, shapes, "AudioVAE encoder", file=VAE_FILE, prefix="encoder.").raise_if_bad()
+    convs = set(_conv_paths(encoder))
+    renamed: dict[str, torch.Tensor] = {}
+    for key, value in found.items():
+        if key.startswith("fc_logvar."):
+            continue
+        where, _, name = key.rpartition(".")
+        renamed[f"{where}.conv.{name}" if where in convs else key] = value
+    state = {k: v.float() for k, v in fold_weight_norm(encoder, renamed).items()}
+    encoder.load_state_dict(state, strict=True)
+    return encoder.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+def _read(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of an ``audiovae.pth`` (``{"state_dict": ...}`` or a bare state)."""
+    if not path.is_file():
+        raise CheckpointError(f"{VAE_FILE} is missing (the AudioVAE)", path.parent)
+    try:
+        data = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file
+        raise CheckpointError(f"not a readable torch file ({exc})", path) from exc
+    state = data.get("state_dict", data) if isinstance(data, dict) else None
+    if not isinstance(state, dict):
+        raise CheckpointError("expected a dict of tensors (or {'state_dict': ...})", path)
+    return state
+
+
 def _bucket(cfg: AudioVAEConfig) -> int:
     """``torch.bucketize(out_sample_rate, boundaries)`` (right=False)."""
     return sum(1 for b in cfg.sr_bin_boundaries if cfg.out_sample_rate > b)
@@ -133,16 +219,7 @@ def load_audiovae_decoder(
 ) -> AudioVAEDecoder:
     """The decoder of the release's ``audiovae.pth``, strictly: every ``decoder.*`` tensor
     the config implies (rate embeddings included) and nothing else under ``decoder.``."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{VAE_FILE} is missing (the AudioVAE)", path.parent)
-    try:
-        data = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file
-        raise CheckpointError(f"not a readable torch file ({exc})", path) from exc
-    state = data.get("state_dict", data) if isinstance(data, dict) else None
-    if not isinstance(state, dict):
-        raise CheckpointError("expected a dict of tensors (or {'state_dict': ...})", path)
+    state = _read(Path(path))
     decoder = AudioVAEDecoder(cfg)
     found = {k[len("decoder.") :]: v for k, v in state.items() if k.startswith("decoder.")}
     expected = _stored(decoder)

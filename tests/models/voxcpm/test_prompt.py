@@ -67,3 +67,32 @@ def test_prefill_equals_the_reference(ckpt: Path, reference: dict, job: str) -> 
     assert got.text_mask.tolist() == reference[f"{job}.text_mask"].tolist()
     assert got.audio_mask.tolist() == reference[f"{job}.audio_mask"].tolist()
     assert np.array_equal(got.feats, feats)
+
+
+@pytest.mark.parametrize(
+    ("job", "kind", "side"), [("ref", "ref", "right"), ("cont", "prompt", "left")]
+)
+def test_prompt_audio_encodes_as_the_reference(
+    ckpt: Path, reference: dict, job: str, kind: str, side: str
+) -> None:
+    """The 16 kHz clip the reference read, padded to whole patches (a reference on the
+    right, a continuation prompt on the left) and encoded: the reference's patches."""
+    import json
+
+    import torch
+
+    from models.blocks.audiovae import AudioVAEConfig, load_audiovae_encoder
+
+    data = json.loads((ckpt / "config.json").read_text())
+    cfg = AudioVAEConfig.from_json(data["audio_vae_config"])
+    encoder = load_audiovae_encoder(ckpt / "audiovae.pth", cfg)
+    wav = torch.from_numpy(reference[f"{job}.{kind}_wav16k"])
+    patch = data["patch_size"] * encoder.hop
+    pad = -len(wav) % patch
+    wav = torch.nn.functional.pad(wav, (0, pad) if side == "right" else (pad, 0))
+    with torch.no_grad():
+        latents = encoder(wav[None])[0]
+    patches = latents.view(latents.shape[0], -1, data["patch_size"]).permute(1, 2, 0).numpy()
+    theirs = reference[f"{job}.{kind}_latents"]
+    assert patches.shape == theirs.shape and len(theirs) >= 2
+    assert np.abs(patches - theirs).max() < 1e-4
