@@ -116,3 +116,23 @@ def test_loading_is_strict(ckpt: Path, cfg: AudioVAEConfig, tmp_path: Path) -> N
     (tmp_path / "audiovae.pth").write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError, match="not a readable torch file"):
         load_audiovae_decoder(tmp_path / "audiovae.pth", cfg)
+
+
+def test_the_vocoder_streams_what_whole_decoding_makes(ckpt, cfg, latents, reference) -> None:
+    """Patches (rows of 4 latents) through the Vocoder in chunks of 1, 2 and 4 patches,
+    each with the left context it asks for: the reference's whole decode."""
+    from models.base import DecodeItem
+    from models.voxcpm.vocoder import AudioVAEVocoder
+
+    vocoder = AudioVAEVocoder(load_audiovae_decoder(ckpt / "audiovae.pth", cfg), 4)
+    z = np.load(latents["long"])[:, :60]  # 15 whole patches
+    frames = z.T.reshape(-1, 4 * cfg.latent_dim)  # patch-major rows
+    audio, start = [], 0
+    for size in (1, 2, 4, 4, 4):
+        lo = max(0, start - vocoder.left_context)
+        item = DecodeItem(vocoder.new_stream(), frames[lo : start + size], start - lo)
+        audio.append(vocoder.decode([item])[0])
+        start += size
+    got = np.concatenate(audio)
+    assert got.shape == (60 * cfg.samples_per_latent,)
+    assert np.abs(got - reference["long.whole"][: got.shape[0]]).max() < 1e-4
