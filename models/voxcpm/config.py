@@ -36,20 +36,19 @@ def rope_of(lm: dict, head_dim: int) -> tuple[torch.Tensor, float]:
     return longrope_inv_freq(head_dim, float(lm.get("rope_theta", 10000)), factors), scale
 
 
-def stack_config(data: dict, section: str) -> tuple[TransformerConfig, torch.Tensor]:
-    """A local stack's shape and rotary frequencies from ``config.json``: its own sizes
-    (``section``: ``dit_config`` or ``encoder_config``), the rest (KV heads, norm epsilon,
-    rotary) from ``lm_config``."""
-    lm, dit = data["lm_config"], data[section]
-    head_dim = dit.get("kv_channels") or dit["hidden_dim"] // dit["num_heads"]
+def _stack(
+    lm: dict, hidden: int, ffn: int, layers: int, heads: int, head_dim: int
+) -> tuple[TransformerConfig, torch.Tensor]:
+    """A MiniCPM-4 stack of these sizes, with ``lm_config``'s KV heads, epsilon and
+    rotary frequencies."""
     inv_freq, scale = rope_of(lm, head_dim)
-    if abs(scale - 1.0) > 1e-12:
-        raise ValueError("LongRoPE with a cos/sin scale other than 1 is not supported yet")
+    if abs(scale - 1.0) > 1e-12 or lm.get("use_mup"):
+        raise ValueError("lm_config: LongRoPE scaling other than 1 and use_mup are not supported")
     cfg = TransformerConfig(
-        hidden_size=dit["hidden_dim"],
-        intermediate_size=dit["ffn_dim"],
-        num_layers=dit["num_layers"],
-        num_heads=dit["num_heads"],
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_layers=layers,
+        num_heads=heads,
         num_kv_heads=lm["num_key_value_heads"],
         head_dim=head_dim,
         rms_norm_eps=lm["rms_norm_eps"],
@@ -57,3 +56,33 @@ def stack_config(data: dict, section: str) -> tuple[TransformerConfig, torch.Ten
         qk_norm=False,
     )
     return cfg, inv_freq
+
+
+def stack_config(data: dict, section: str) -> tuple[TransformerConfig, torch.Tensor]:
+    """A local stack's shape and rotary frequencies from ``config.json``: its own sizes
+    (``section``: ``dit_config`` or ``encoder_config``), the rest (KV heads, norm epsilon,
+    rotary) from ``lm_config``."""
+    own = data[section]
+    head_dim = own.get("kv_channels") or own["hidden_dim"] // own["num_heads"]
+    return _stack(
+        data["lm_config"],
+        own["hidden_dim"],
+        own["ffn_dim"],
+        own["num_layers"],
+        own["num_heads"],
+        head_dim,
+    )
+
+
+def lm_stack(data: dict, layers: int | None = None) -> tuple[TransformerConfig, torch.Tensor]:
+    """The base language model's stack (``layers``: the residual model's count)."""
+    lm = data["lm_config"]
+    head_dim = lm.get("kv_channels") or lm["hidden_size"] // lm["num_attention_heads"]
+    return _stack(
+        lm,
+        lm["hidden_size"],
+        lm["intermediate_size"],
+        layers or lm["num_hidden_layers"],
+        lm["num_attention_heads"],
+        head_dim,
+    )

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from models.blocks.llama import Stack, TransformerConfig
-from models.voxcpm.config import rope_of, stack_config
+from models.voxcpm.config import lm_stack, stack_config
 from models.voxcpm.locdit import LocDiT, solve
 from models.voxcpm.locenc import LocEnc, ScalarQuantizer
 
@@ -39,34 +39,14 @@ class _Decoder(nn.Module):
         self.estimator = dit
 
 
-def lm_config(data: dict, layers: int | None = None) -> tuple[TransformerConfig, torch.Tensor]:
-    lm = data["lm_config"]
-    head_dim = lm.get("kv_channels") or lm["hidden_size"] // lm["num_attention_heads"]
-    inv_freq, scale = rope_of(lm, head_dim)
-    if abs(scale - 1.0) > 1e-12 or lm.get("use_mup"):
-        raise ValueError("lm_config: LongRoPE scaling other than 1 and use_mup are not supported")
-    cfg = TransformerConfig(
-        hidden_size=lm["hidden_size"],
-        intermediate_size=lm["intermediate_size"],
-        num_layers=layers or lm["num_hidden_layers"],
-        num_heads=lm["num_attention_heads"],
-        num_kv_heads=lm["num_key_value_heads"],
-        head_dim=head_dim,
-        rms_norm_eps=lm["rms_norm_eps"],
-        rope_theta=float(lm.get("rope_theta", 10000)),
-        qk_norm=False,
-    )
-    return cfg, inv_freq
-
-
 class VoxCPMModel(nn.Module):
     def __init__(self, data: dict) -> None:
         super().__init__()
-        lm, lm_freq = lm_config(data)
+        lm, lm_freq = lm_stack(data)
         width, feat = lm.hidden_size, data["feat_dim"]
         self.patch_size = data["patch_size"]
         self.base_lm = BaseLM(lm, data["lm_config"]["vocab_size"], lm_freq)
-        res, _ = lm_config(data, data["residual_lm_num_layers"])
+        res, _ = lm_stack(data, data["residual_lm_num_layers"])
         self.residual_lm = Stack(res)
         if data.get("residual_lm_no_rope", True):
             # Zero frequencies: every rotation is the identity (no positions at all).
