@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.checkpoint import compare, header_shapes, load_tensors, read_headers
 from models.voxcpm.config import stack_config
 from models.voxcpm.locdit import LocDiT, solve
 from tests.models.reference_env import outputs, run_script
 from tests.models.voxcpm.ckpt import build
+from tests.models.voxcpm.weights import load_prefix
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = REPO / ".venv-ref-voxcpm" / "bin" / "python"
@@ -49,16 +49,9 @@ def reference(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def load_locdit(ckpt: Path) -> LocDiT:
-    cfg, inv_freq = stack_config(json.loads((ckpt / "config.json").read_text()), "dit_config")
-    feat_dim = json.loads((ckpt / "config.json").read_text())["feat_dim"]
-    model = LocDiT(cfg, feat_dim, inv_freq)
-    files = [ckpt / "model.safetensors"]
-    found = header_shapes(read_headers(files), PREFIX)
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    compare(expected, found, "local DiT", prefix=PREFIX).raise_if_bad()
-    state = {k[len(PREFIX) :]: v.float() for k, v in load_tensors(files, (PREFIX,)).items()}
-    model.load_state_dict(state, strict=True)
-    return model.eval()
+    data = json.loads((ckpt / "config.json").read_text())
+    cfg, inv_freq = stack_config(data, "dit_config")
+    return load_prefix(LocDiT(cfg, data["feat_dim"], inv_freq), ckpt, PREFIX, "local DiT")
 
 
 def test_patches_equal_the_reference(ckpt: Path, reference: dict) -> None:

@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from models.checkpoint import compare, header_shapes, load_tensors, read_headers
 from models.voxcpm.config import stack_config
 from models.voxcpm.locenc import LocEnc, ScalarQuantizer
 from tests.models.reference_env import outputs, run_script
 from tests.models.voxcpm.ckpt import build
+from tests.models.voxcpm.weights import load_prefix
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = REPO / ".venv-ref-voxcpm" / "bin" / "python"
@@ -49,21 +49,13 @@ def reference(ckpt: Path, inputs: dict, tmp_path_factory: pytest.TempPathFactory
     return outputs(run_script(PYTHON, SCRIPT, ckpt, job, out, SETUP), out)
 
 
-def _load(module: nn.Module, ckpt: Path, prefix: str, what: str) -> nn.Module:
-    files = [ckpt / "model.safetensors"]
-    found = header_shapes(read_headers(files), prefix)
-    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    compare(expected, found, what, prefix=prefix).raise_if_bad()
-    state = {k[len(prefix) :]: v.float() for k, v in load_tensors(files, (prefix,)).items()}
-    module.load_state_dict(state, strict=True)
-    return module.eval()
-
-
 def test_local_encoder_and_projection(ckpt: Path, inputs: dict, reference: dict) -> None:
     data = json.loads((ckpt / "config.json").read_text())
     cfg, inv_freq = stack_config(data, "encoder_config")
-    enc = _load(LocEnc(cfg, data["feat_dim"], inv_freq), ckpt, "feat_encoder.", "local encoder")
-    proj = _load(
+    enc = load_prefix(
+        LocEnc(cfg, data["feat_dim"], inv_freq), ckpt, "feat_encoder.", "local encoder"
+    )
+    proj = load_prefix(
         nn.Linear(cfg.hidden_size, data["lm_config"]["hidden_size"]),
         ckpt,
         "enc_to_lm_proj.",
@@ -82,9 +74,9 @@ def test_quantizer_and_stop_head(ckpt: Path, inputs: dict, reference: dict) -> N
     fsq = ScalarQuantizer(
         width, data["scalar_quantization_latent_dim"], data["scalar_quantization_scale"]
     )
-    fsq = _load(fsq, ckpt, "fsq_layer.", "scalar quantizer")
-    stop_proj = _load(nn.Linear(width, width), ckpt, "stop_proj.", "stop projection")
-    stop_head = _load(nn.Linear(width, 2, bias=False), ckpt, "stop_head.", "stop head")
+    fsq = load_prefix(fsq, ckpt, "fsq_layer.", "scalar quantizer")
+    stop_proj = load_prefix(nn.Linear(width, width), ckpt, "stop_proj.", "stop projection")
+    stop_head = load_prefix(nn.Linear(width, 2, bias=False), ckpt, "stop_head.", "stop head")
     hidden = torch.from_numpy(inputs["hidden"])
     with torch.no_grad():
         quantized = fsq(hidden)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.checkpoint import compare, header_shapes, load_tensors, read_headers
 from models.voxcpm.model import VoxCPMModel
 from tests.models.reference_env import outputs, run_script
 from tests.models.voxcpm.ckpt import build
+from tests.models.voxcpm.weights import load_prefix
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = REPO / ".venv-ref-voxcpm" / "bin" / "python"
@@ -47,12 +47,7 @@ def reference(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def load_model(ckpt: Path) -> VoxCPMModel:
     model = VoxCPMModel(json.loads((ckpt / "config.json").read_text()))
-    files = [ckpt / "model.safetensors"]
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    compare(expected, header_shapes(read_headers(files)), "VoxCPM2").raise_if_bad()
-    state = {k: v.float() for k, v in load_tensors(files).items()}
-    model.load_state_dict(state, strict=True)
-    return model.eval()
+    return load_prefix(model, ckpt, "", "VoxCPM2")
 
 
 @pytest.mark.parametrize("job", list(JOBS))
