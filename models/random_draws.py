@@ -54,3 +54,13 @@ def open_unit(bits: torch.Tensor) -> torch.Tensor:
 
 def vocab_hash(size: int, device: torch.device) -> torch.Tensor:
     return hash32(torch.arange(size, device=device, dtype=torch.long) * 2 + 1)
+
+
+def gaussian(keys: torch.Tensor, draws: torch.Tensor, pair_hash: torch.Tensor) -> torch.Tensor:
+    """[B, N] standard normal floats: draw ``draws[b]`` of row key ``keys[b]``, N values
+    from 2N uniforms (``pair_hash = vocab_hash(2 * N)``) by Box-Muller: like every draw
+    here, a row's values do not depend on the rows beside it."""
+    u = uniform(keys, draws, pair_hash)[:, 0]
+    n = u.shape[-1] // 2
+    radius = torch.sqrt(-2.0 * torch.log(u[:, :n]))
+    return radius * torch.cos(2.0 * torch.pi * u[:, n:])

@@ -69,8 +69,14 @@ FAMILIES: dict[str, Family] = {
         check="models.voxtream.checkpoint:check_weights",
         sizing="models.voxtream.sizing",
     ),
+    "voxcpm": Family(
+        "models.voxcpm.loader:load",
+        recognize="models.voxcpm.recognize",
+        check="models.voxcpm.checkpoint:check_weights",
+        sizing="models.voxcpm.sizing",
+    ),
 }
-RECOGNITION_ORDER = ("qwen3_tts", "fish_speech", "voxtream", "chatterbox", "piper")
+RECOGNITION_ORDER = ("qwen3_tts", "fish_speech", "voxtream", "voxcpm", "chatterbox", "piper")
 """Families asked in turn: the most specific evidence first (a config.json's model_type,
 then a file name, then any .onnx voice)."""
 

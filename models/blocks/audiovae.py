@@ -41,6 +41,7 @@ from models.blocks.dac_conv import (
 from models.checkpoint import CheckpointError, compare
 
 VAE_FILE = "audiovae.pth"
+VAE_SAFETENSORS = "audiovae.safetensors"
 LEFT_CONTEXT = 24
 """Latents before a window that make its audio the whole sequence's (the decoder's
 receptive field is ~20: the first k7 conv 6, the first block's residual units ~10, the
@@ -192,10 +193,22 @@ def load_audiovae_encoder(
     return encoder.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
+def vae_file(directory: Path) -> Path:
+    """The AudioVAE's file in a checkpoint directory: ``audiovae.safetensors`` when it is
+    there (the reference prefers it), else ``audiovae.pth``."""
+    tensors = Path(directory) / VAE_SAFETENSORS
+    return tensors if tensors.is_file() else Path(directory) / VAE_FILE
+
+
 def _read(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of an ``audiovae.pth`` (``{"state_dict": ...}`` or a bare state)."""
+    """The tensors of an ``audiovae.pth`` (``{"state_dict": ...}`` or a bare state) or an
+    ``audiovae.safetensors``."""
     if not path.is_file():
         raise CheckpointError(f"{VAE_FILE} is missing (the AudioVAE)", path.parent)
+    if path.suffix == ".safetensors":
+        from models.checkpoint import load_tensors
+
+        return load_tensors([path])
     try:
         data = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file
@@ -222,7 +235,7 @@ def load_audiovae_decoder(
     state = _read(Path(path))
     decoder = AudioVAEDecoder(cfg)
     found = {k[len("decoder.") :]: v for k, v in state.items() if k.startswith("decoder.")}
-    expected = _stored(decoder)
+    expected = decoder_keys(decoder)
     shapes = {k: tuple(v.shape) for k, v in found.items()}
     compare(expected, shapes, "AudioVAE decoder", file=VAE_FILE, prefix="decoder.").raise_if_bad()
     ours = _renamed(decoder, found)
@@ -239,7 +252,7 @@ def _conv_paths(model: nn.Module) -> list[str]:
     return [n[: -len(".conv")] for n, m in model.named_modules() if n.endswith(".conv")]
 
 
-def _stored(decoder: AudioVAEDecoder) -> dict[str, tuple[int, ...]]:
+def decoder_keys(decoder: AudioVAEDecoder) -> dict[str, tuple[int, ...]]:
     """The release's ``decoder.*`` keys and shapes for this config: the reference's conv
     modules are the convs themselves (no ``.conv``), its rate conditioning is one
     embedding per block."""

@@ -45,14 +45,9 @@ class VoxCPMModel(nn.Module):
         lm, lm_freq = lm_stack(data)
         width, feat = lm.hidden_size, data["feat_dim"]
         self.patch_size = data["patch_size"]
+        self.feat_dim = feat
         self.base_lm = BaseLM(lm, data["lm_config"]["vocab_size"], lm_freq)
-        res, _ = lm_stack(data, data["residual_lm_num_layers"])
-        self.residual_lm = Stack(res)
-        if data.get("residual_lm_no_rope", True):
-            # Zero frequencies: every rotation is the identity (no positions at all).
-            self.residual_lm.inv_freq = torch.zeros_like(lm_freq)
-        else:
-            self.residual_lm.inv_freq = lm_freq
+        self.residual_lm = Stack(lm_stack(data, data["residual_lm_num_layers"])[0])
         enc, enc_freq = stack_config(data, "encoder_config")
         self.feat_encoder = LocEnc(enc, feat, enc_freq)
         dit, dit_freq = stack_config(data, "dit_config")
@@ -66,6 +61,23 @@ class VoxCPMModel(nn.Module):
         self.fusion_concat_proj = nn.Linear(2 * width, width)
         self.stop_proj = nn.Linear(width, width)
         self.stop_head = nn.Linear(width, 2, bias=False)
+        self.set_rope(data)
+
+    def set_rope(self, data: dict) -> None:
+        """The four stacks' rotary frequencies (float32, on the weights' device): again
+        after a build on the meta device or a cast to a lower precision."""
+        device = self.stop_head.weight.device
+        if device.type == "meta":
+            return  # nothing to compute on: the loader sets them once the weights are in
+        lm_freq = lm_stack(data)[1].to(device)
+        self.base_lm.inv_freq = lm_freq
+        no_rope = data.get("residual_lm_no_rope", True)
+        # Zero frequencies: every rotation is the identity (no positions at all).
+        self.residual_lm.inv_freq = torch.zeros_like(lm_freq) if no_rope else lm_freq
+        self.feat_encoder.encoder.inv_freq = stack_config(data, "encoder_config")[1].to(device)
+        self.feat_decoder.estimator.decoder.inv_freq = stack_config(data, "dit_config")[1].to(
+            device
+        )
 
     def stop_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.stop_head(nn.functional.silu(self.stop_proj(hidden)))
