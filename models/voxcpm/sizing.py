@@ -48,14 +48,16 @@ def memory_profile(checkpoint: Path, options: Mapping[str, Any]) -> MemoryProfil
     vae = checkpoint / VAE_FILE
     lm = lm_stack(data)[0]
     layers = lm.num_layers + data["residual_lm_num_layers"]
+    # As the loader reads it: unset, a turn may hold config.json's max_length positions.
+    capacity = opts.kv_capacity or int(data.get("max_length", 8192))
     return MemoryProfile(
         family="voxcpm",
         dtype=opts.dtype,
         weights_bytes=numel * itemsize + (vae.stat().st_size if vae.is_file() else 0),
         kv_bytes_per_position=2 * layers * lm.num_kv_heads * lm.head_dim * itemsize,
-        kv_positions_per_stream=min(KV_POSITIONS_PER_STREAM, opts.kv_capacity),
+        kv_positions_per_stream=min(KV_POSITIONS_PER_STREAM, capacity),
         kv_memory_fraction=opts.kv_memory_fraction,
-        kv_capacity=opts.kv_capacity,
+        kv_capacity=capacity,
         stream_bytes=STREAM_BYTES,
         vocoder_frame_bytes=FRAME_BYTES,
         vocoder_batch_cap=VOCODER_BATCH_CAP,
