@@ -89,4 +89,6 @@ class GraphedRows:
                 full[: len(part)] = tensor
                 inputs.append(full)
             outs.append(graphs.replay(upload(padded, self.device), *inputs)[: len(part)])
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
+        # A replay's output lives in the graph's own buffer, which the bucket's next
+        # replay overwrites: a caller may hold it across two calls in one step.
+        return outs[0].clone() if len(outs) == 1 else torch.cat(outs)
