@@ -270,14 +270,16 @@ async def test_llm_tokens_speak(server: RunningServer) -> None:
 
 async def test_seeded_speech_repeats_and_another_seed_differs(server: RunningServer) -> None:
     """The same seeded text again is byte-identical; another seed (the diffusion's
-    noise) differs. Two sessions at once step in one batch, whose float rounding
-    differs from a lone step's (about 5e-7 in a patch on a CPU): the same patches and
-    length, the samples within 1 of 32,768."""
+    noise) differs, and so does another ``cfg_value`` (the guidance). Two sessions at
+    once step in one batch, whose float rounding differs from a lone step's (about
+    5e-7 in a patch on a CPU): the same length, the samples within 1 of 32,768."""
     a = await whole(server)
     b = await whole(server)
     assert np.array_equal(a, b) and np.abs(a).max() > 100
     c = await whole(server, options={**GEN, "seed": 2})
     assert differ(a, c)
+    guided = await whole(server, options={**GEN, "cfg_value": 4.5})
+    assert differ(a, guided)
     for together in await asyncio.gather(whole(server), whole(server)):
         assert len(together) == len(a)
         assert np.abs(together.astype(np.int32) - a).max() <= 1
@@ -288,7 +290,7 @@ async def test_max_new_tokens_caps_each_units_patches(server: RunningServer) -> 
     ``max_frames_reached`` warning for the context). Below the stop head's first
     chance (3 patches) every unit makes exactly the cap."""
     text = "Hello there. The world is good today."
-    free, done, _ = await speak(server, [text], options={"seed": 3})
+    free, _, _ = await speak(server, [text], options={"seed": 3})
     for cap in (1, 3):
         audio, done, client = await speak(
             server, [text], options={"seed": 3, "max_new_tokens": cap}
@@ -371,6 +373,27 @@ async def test_inline_clones_on_every_endpoint(server: RunningServer) -> None:
     assert differ(speech["audio"], speech["both"])
 
 
+async def test_a_clone_from_raw_samples(server: RunningServer) -> None:
+    """``ref_audio`` as raw samples with ``ref_audio_sample_rate`` (HTTP; the socket
+    takes encoded audio) clones as the same samples in a WAV file do; samples without
+    their rate are refused naming ``ref_audio_sample_rate``."""
+    samples = speechlike(1.0, 5, 16_000).astype(np.float32)
+    out = io.BytesIO()
+    wavfile.write(out, 16_000, samples)
+    from_file = await whole(server, rate=HTTP_RATE, voice="clone", ref_audio=b64(out.getvalue()))
+    raw = {"ref_audio": samples.tolist(), "options": {**GEN, "ref_audio_sample_rate": 16_000}}
+    assert differ(from_file, await whole(server, rate=HTTP_RATE))
+    body = {"input": TEXT, "response_format": "pcm", "voice": "clone", **GEN}
+    async with httpx.AsyncClient(base_url=server.http, timeout=60) as http:
+        response = await http.post("/v1/audio/speech", json={**body, **raw})
+        assert response.status_code == 200, response.text
+        assert np.array_equal(np.frombuffer(response.content, "<i2"), from_file)
+        no_rate = {**body, "ref_audio": samples.tolist()}
+        response = await http.post("/v1/audio/speech", json=no_rate)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "ref_audio_sample_rate"
+
+
 async def test_stored_clones_speak_by_name_as_inline(server: RunningServer) -> None:
     """``POST /v1/audio/voices`` stores a clone from audio alone and one with its
     transcript; each, named on the socket, over HTTP and on the vllm-omni socket,
@@ -400,22 +423,37 @@ BAD = {
     # id: (request fields, code, param, words of the message)
     "voice": ({"voice": "nobody"}, "unknown_voice", "voice", "default, clone"),
     "no-ref": ({"voice": "clone"}, "missing_field", "ref_audio", "needs reference audio"),
-    "junk": ({"voice": "clone", "ref_audio": b64(b"not audio, bytes")}, "", "ref_audio", "not decodable"),
-    "empty": ({"voice": "clone", "ref_audio": ""}, "", "ref_audio", "empty"),
-    "short": ({"voice": "clone", "ref_audio": b64(wav_file(0.3))}, "", "ref_audio", "at least 0.5 s"),
-    "ref-text": ({"voice": "clone", "ref_audio": REF_B64, "ref_text": ""}, "", "ref_text", "non-empty"),
-    "cfg-high": ({"options": {"cfg_value": 11}}, "", "cfg_value", "from 0 to 10"),
-    "cfg-low": ({"options": {"cfg_value": -1}}, "", "cfg_value", "from 0 to 10"),
-    "cap": ({"options": {"max_new_tokens": 0}}, "", "max_new_tokens", "from 1"),
-}  # fmt: skip
-"""Refused at ``context.create`` (code "" is ``invalid_field``)."""
+    "junk": (
+        {"voice": "clone", "ref_audio": b64(b"not audio, bytes")},
+        "invalid_field",
+        "ref_audio",
+        "not decodable",
+    ),
+    "empty": ({"voice": "clone", "ref_audio": ""}, "invalid_field", "ref_audio", "empty"),
+    "short": (
+        {"voice": "clone", "ref_audio": b64(wav_file(0.3))},
+        "invalid_field",
+        "ref_audio",
+        "at least 0.5 s",
+    ),
+    "ref-text": (
+        {"voice": "clone", "ref_audio": REF_B64, "ref_text": ""},
+        "invalid_field",
+        "ref_text",
+        "non-empty",
+    ),
+    "cfg-high": ({"options": {"cfg_value": 11}}, "invalid_field", "cfg_value", "from 0 to 10"),
+    "cfg-low": ({"options": {"cfg_value": -1}}, "invalid_field", "cfg_value", "from 0 to 10"),
+    "cap": ({"options": {"max_new_tokens": 0}}, "invalid_field", "max_new_tokens", "from 1"),
+}
+"""Refused at ``context.create``."""
 
 
 async def test_bad_requests_name_the_field_on_the_socket(server: RunningServer) -> None:
     client = await Client.connect(server.ws)
     for cid, (fields, code, param, says) in BAD.items():
         error = await refused(client, cid, **fields)
-        assert error["code"] == (code or "invalid_field") and error["param"] == param, error
+        assert error["code"] == code and error["param"] == param, error
         assert says in error["message"], error
     await still_speaks(client, "after")
     await client.close()
@@ -428,7 +466,7 @@ async def test_bad_requests_are_http_400_naming_the_field(server: RunningServer)
             response = await http.post("/v1/audio/speech", json=body)
             assert response.status_code == 400, (fields, response.text)
             error = response.json()["error"]
-            assert error["code"] == (code or "invalid_field") and error["param"] == param, error
+            assert error["code"] == code and error["param"] == param, error
             assert says in error["message"], error
         response = await http.post("/v1/audio/speech", json={"input": "<unk>", **GEN})
         assert response.status_code == 400 and response.json()["error"]["param"] == "input"
