@@ -179,6 +179,7 @@ class VoxCPMRunner(TurnRunner):
         cfg, key, cap = self._settings(params)
         voice = self._voice(params, build=True)
         style = f"({fold_space(params.instructions).strip()})" if params.instructions else ""
+        used = 0
         if voice is not None:
             used = len(voice.reference) + (len(voice.prompt) if voice.prompt is not None else 0)
             if used + 64 > self.capacity:
@@ -186,6 +187,19 @@ class VoxCPMRunner(TurnRunner):
                     f"ref_audio: the reference ({used} patches) leaves no room in a context "
                     f"of {self.capacity} positions; use a shorter one",
                     param="ref_audio",
+                    code="invalid_field",
+                )
+        if style:
+            # Every unit's prompt carries the style: one that leaves no room would have
+            # every unit skipped, the request answered with no audio.
+            styled = used + len(self.text.ids(style))
+            if styled + 64 > self.capacity:
+                raise ModelInputError(
+                    f"instructions: {styled - used} tokens"
+                    + (f" with the voice's {used} patches" if used else "")
+                    + f" leave no room in a context of {self.capacity} positions; "
+                    "shorten them",
+                    param="instructions",
                     code="invalid_field",
                 )
         return CPMPrepared(voice=voice, style=style, cfg=cfg, key=key, max_frames=cap)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import os
 import socket
 import subprocess
@@ -29,6 +30,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import websockets
 from scipy.io import wavfile
 
 from tests.models.chatterbox.ckpt_campplus import speechlike
@@ -506,6 +508,32 @@ async def test_bad_voice_uploads_name_the_field(server: RunningServer) -> None:
             assert error["param"] == param and says in error["message"], error
         listing = (await http.get("/v1/audio/voices")).json()
     assert not set(uploads) & set(listing["voices"])
+
+
+async def test_instructions_that_leave_no_room_are_refused(server: RunningServer) -> None:
+    """Every unit's prompt carries the instructions: ones too long for a context (the
+    tiny model's holds 256 positions) are refused naming ``instructions`` on every
+    endpoint, not answered with no audio."""
+    style = "Speak slowly and warmly, like an old storyteller by the fire. " * 10
+    client = await Client.connect(server.ws)
+    error = await refused(client, "long", instructions=style, options=GEN)
+    assert error["code"] == "invalid_field" and error["param"] == "instructions", error
+    assert "leave no room" in error["message"]
+    await still_speaks(client, "after")
+    await client.close()
+    async with httpx.AsyncClient(base_url=server.http, timeout=60) as http:
+        body = {"input": TEXT, "response_format": "pcm", "instructions": style, **GEN}
+        response = await http.post("/v1/audio/speech", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "instructions"
+    url = f"ws://{server.host}:{server.port}/v1/audio/speech/stream"
+    async with websockets.connect(url) as ws:
+        await ws.send(json.dumps({"type": "session.config", "instructions": style, **GEN}))
+        await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        while (message := json.loads(await asyncio.wait_for(ws.recv(), 60)))["type"] != "error":
+            pass
+    assert "instructions: " in message["message"] and "leave no room" in message["message"]
 
 
 async def test_a_bad_client_does_not_disturb_another(server: RunningServer) -> None:
