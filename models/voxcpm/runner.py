@@ -179,6 +179,13 @@ class VoxCPMRunner(TurnRunner):
         cfg, key, cap = self._settings(params)
         voice = self._voice(params, build=True)
         style = f"({fold_space(params.instructions).strip()})" if params.instructions else ""
+        self._check_room(voice, style)
+        return CPMPrepared(voice=voice, style=style, cfg=cfg, key=key, max_frames=cap)
+
+    def _check_room(self, voice: CPMVoice | None, style: str) -> None:
+        """Every unit's prompt carries the voice (its patches and transcript) and the
+        style: what leaves no room for a unit's text and patches is refused here, naming
+        the field, not skipped unit by unit (a request answered with no audio)."""
         used = 0
         if voice is not None:
             used = len(voice.reference) + (len(voice.prompt) if voice.prompt is not None else 0)
@@ -189,20 +196,28 @@ class VoxCPMRunner(TurnRunner):
                     param="ref_audio",
                     code="invalid_field",
                 )
+            if voice.text is not None:
+                words = len(self.text.ids(voice.text))
+                if used + words + 64 > self.capacity:
+                    raise ModelInputError(
+                        f"ref_text: the transcript ({words} tokens) with the reference's "
+                        f"{used} patches leaves no room in a context of {self.capacity} "
+                        "positions; use a shorter clip and its transcript",
+                        param="ref_text",
+                        code="invalid_field",
+                    )
+                used += words
         if style:
-            # Every unit's prompt carries the style: one that leaves no room would have
-            # every unit skipped, the request answered with no audio.
-            styled = used + len(self.text.ids(style))
-            if styled + 64 > self.capacity:
+            styled = len(self.text.ids(style))
+            if used + styled + 64 > self.capacity:
                 raise ModelInputError(
-                    f"instructions: {styled - used} tokens"
-                    + (f" with the voice's {used} patches" if used else "")
+                    f"instructions: {styled} tokens"
+                    + (f" with the voice's {used} positions" if used else "")
                     + f" leave no room in a context of {self.capacity} positions; "
                     "shorten them",
                     param="instructions",
                     code="invalid_field",
                 )
-        return CPMPrepared(voice=voice, style=style, cfg=cfg, key=key, max_frames=cap)
 
     def clone_voice(self, ref_audio: bytes, options: Mapping[str, Any]) -> ClonedVoice:
         """Reference audio (and its transcript, ``options["ref_text"]``, if given) as
@@ -212,6 +227,7 @@ class VoxCPMRunner(TurnRunner):
         )
         voice = self._voice(params, build=True)
         assert voice is not None
+        self._check_room(voice, "")
         return ClonedVoice(voice.arrays(), {"family": "voxcpm"})
 
     def voice_settings(self, voice: ClonedVoice) -> tuple[str, dict[str, Any]]:

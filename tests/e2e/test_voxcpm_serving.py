@@ -510,25 +510,38 @@ async def test_bad_voice_uploads_name_the_field(server: RunningServer) -> None:
     assert not set(uploads) & set(listing["voices"])
 
 
-async def test_instructions_that_leave_no_room_are_refused(server: RunningServer) -> None:
-    """Every unit's prompt carries the instructions: ones too long for a context (the
-    tiny model's holds 256 positions) are refused naming ``instructions`` on every
-    endpoint, not answered with no audio."""
-    style = "Speak slowly and warmly, like an old storyteller by the fire. " * 10
+LONG = "Speak slowly and warmly, like an old storyteller by the fire. " * 10
+"""Over 400 tokens of the tiny tokenizer: more than a context of the tiny model holds."""
+
+
+async def test_a_prompt_that_leaves_no_room_is_refused(server: RunningServer) -> None:
+    """Every unit's prompt carries the instructions and a clone's transcript: ones too
+    long for a context (the tiny model's holds 256 positions) are refused naming the
+    field on every endpoint and at upload, not answered with no audio."""
     client = await Client.connect(server.ws)
-    error = await refused(client, "long", instructions=style, options=GEN)
+    error = await refused(client, "style", instructions=LONG, options=GEN)
     assert error["code"] == "invalid_field" and error["param"] == "instructions", error
     assert "leave no room" in error["message"]
+    clone = {"voice": "clone", "ref_audio": REF_B64, "ref_text": LONG}
+    error = await refused(client, "transcript", options=GEN, **clone)
+    assert error["code"] == "invalid_field" and error["param"] == "ref_text", error
+    assert "leaves no room" in error["message"]
     await still_speaks(client, "after")
     await client.close()
     async with httpx.AsyncClient(base_url=server.http, timeout=60) as http:
-        body = {"input": TEXT, "response_format": "pcm", "instructions": style, **GEN}
-        response = await http.post("/v1/audio/speech", json=body)
-    assert response.status_code == 400
-    assert response.json()["error"]["param"] == "instructions"
+        body = {"input": TEXT, "response_format": "pcm", **GEN}
+        for extra, param in (({"instructions": LONG}, "instructions"), (clone, "ref_text")):
+            response = await http.post("/v1/audio/speech", json={**body, **extra})
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["param"] == param
+        files = {"audio_sample": ("ref.wav", REF, "audio/wav")}
+        form = {"name": "Talker", "ref_text": LONG}
+        response = await http.post("/v1/audio/voices", data=form, files=files)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == "ref_text"
     url = f"ws://{server.host}:{server.port}/v1/audio/speech/stream"
     async with websockets.connect(url) as ws:
-        await ws.send(json.dumps({"type": "session.config", "instructions": style, **GEN}))
+        await ws.send(json.dumps({"type": "session.config", "instructions": LONG, **GEN}))
         await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
         await ws.send(json.dumps({"type": "input.done"}))
         while (message := json.loads(await asyncio.wait_for(ws.recv(), 60)))["type"] != "error":
