@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from models.attention import without_cudnn_attention
 from models.kit.graphed import GraphedRows
 from models.kit.sampler import KEY_COLUMN
 from models.kit.tables import Column, SlotTables
@@ -103,7 +104,7 @@ class VoxCPMSlots:
         self.stepper = GraphedRows(
             self._step, (slots, 0), self.device, slots, graphs=graphs, split=False
         )
-        with torch.no_grad():
+        with torch.no_grad(), without_cudnn_attention():
             self.stepper.capture()
 
     @property
@@ -137,6 +138,12 @@ class VoxCPMSlots:
         and leave the states its first step reads in the tables."""
         if not turns:
             return
+        # Off cuDNN's attention: it plans on the host for every new prompt length
+        # (H200: ~90 ms more to a turn's first audio for a text of a length not seen).
+        with without_cudnn_attention():
+            self._prefill(turns)
+
+    def _prefill(self, turns: list[Turn]) -> None:
         model, device = self.model, self.device
         slots = [t.slot for t in turns]
         for slot in slots:
@@ -191,7 +198,8 @@ class VoxCPMSlots:
         self._reserve(slots.tolist(), positions + 1)
         rows = np.stack((slots, positions), axis=1)
         self.position[slots] += 1
-        return self.stepper(rows, max_length=int(positions.max()) + 1)
+        with without_cudnn_attention():
+            return self.stepper(rows, max_length=int(positions.max()) + 1)
 
     def _step(self, rows: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         """(slot, position) rows [B, 2] -> each row's ``[stop, patch]``. What the graphs
