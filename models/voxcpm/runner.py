@@ -167,6 +167,14 @@ class VoxCPMRunner(TurnRunner):
 
     def _checked_text(self, text: str, field: str) -> str:
         folded = fold_space(text).strip()
+        controls = self.text.control_tokens(folded)
+        if controls:
+            # They would steer the model (open an audio prompt, end the text).
+            raise ModelInputError(
+                f"{field}: control tokens are not allowed in text ({', '.join(controls)})",
+                param=field,
+                code="invalid_field",
+            )
         if not folded or not any(i != 0 for i in self.text.ids(folded)):
             raise ModelInputError(
                 f"{field}: nothing this model can read in {text[:40]!r}",
@@ -178,7 +186,9 @@ class VoxCPMRunner(TurnRunner):
     def prepare(self, params: SynthParams) -> CPMPrepared:
         cfg, key, cap = self._settings(params)
         voice = self._voice(params, build=True)
-        style = f"({fold_space(params.instructions).strip()})" if params.instructions else ""
+        style = ""
+        if params.instructions:
+            style = f"({self._checked_text(params.instructions, 'instructions')})"
         self._check_room(voice, style)
         return CPMPrepared(voice=voice, style=style, cfg=cfg, key=key, max_frames=cap)
 

@@ -44,6 +44,16 @@ class VoxCPMText:
         vocab = self.tokenizer.get_vocab()
         self.vocab = vocab
         self.split = {piece for piece in vocab if _cjk(piece)}
+        self.controls = sorted(
+            (t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special),
+            key=len,
+            reverse=True,
+        )
+        """Spellings that tokenize to a control id (``<s>``, ``<|audio_start|>``...)."""
+
+    def control_tokens(self, text: str) -> list[str]:
+        """The control tokens spelled out in ``text``."""
+        return [c for c in self.controls if c in text]
 
     def pieces(self, text: str) -> list[str]:
         out: list[str] = []

@@ -475,8 +475,8 @@ async def test_bad_requests_are_http_400_naming_the_field(server: RunningServer)
 
 
 async def test_text_the_model_cannot_read_is_refused(server: RunningServer) -> None:
-    """The tokenizer falls back to bytes for any character, so only its ``<unk>``
-    spelling reads as nothing: refused naming the text; the socket goes on."""
+    """Control tokens spelled out in text (``<unk>``, ``<|audio_start|>``: they would
+    steer the model) are refused naming the text; the socket goes on."""
     client = await Client.connect(server.ws)
     await client.send(type="context.create", context_id="unk", options=GEN)
     await client.send(type="text.append", context_id="unk", text="<unk>")
@@ -495,7 +495,7 @@ async def test_bad_voice_uploads_name_the_field(server: RunningServer) -> None:
     uploads = {
         "Junk": (b"not audio, bytes", {}, "audio_sample", "not decodable"),
         "Short": (wav_file(0.3), {}, "audio_sample", "too short"),
-        "Unread": (REF, {"ref_text": "<unk>"}, "ref_text", "nothing this model can read"),
+        "Unread": (REF, {"ref_text": "<unk>"}, "ref_text", "control tokens are not allowed"),
     }
     async with httpx.AsyncClient(base_url=server.http, timeout=60) as http:
         for name, (audio, extra, param, says) in uploads.items():

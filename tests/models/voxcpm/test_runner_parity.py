@@ -69,7 +69,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _served(loaded, clip: bytes) -> dict[str, list[np.ndarray]]:
     runner = loaded.runner
     admits, feeds = [], []
-    for slot, (job, (text, seed, cfg, cap, clone)) in enumerate(JOBS.items()):
+    for slot, (text, seed, cfg, cap, clone) in enumerate(JOBS.values()):
         extra: dict = {"seed": seed, "cfg_value": cfg, "max_new_tokens": cap}
         voice = "default"
         if clone:
