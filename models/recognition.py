@@ -38,9 +38,8 @@ class Recognized:
         return None
 
 
-def config_of(path: Path, model_type: str) -> dict | None:
-    """``path/config.json`` as a dict when it is readable JSON naming ``model_type``
-    (a recogniser's first question); None otherwise."""
+def read_config(path: Path) -> dict | None:
+    """``path/config.json`` as a dict when it is there and readable JSON; None otherwise."""
     import json
 
     config = path / "config.json"
@@ -50,4 +49,11 @@ def config_of(path: Path, model_type: str) -> dict | None:
         data = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("model_type") == model_type else None
+    return data if isinstance(data, dict) else None
+
+
+def config_of(path: Path, model_type: str) -> dict | None:
+    """``path/config.json`` as a dict when it is readable JSON naming ``model_type``
+    (a recogniser's first question); None otherwise."""
+    data = read_config(path)
+    return data if data is not None and data.get("model_type") == model_type else None

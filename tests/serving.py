@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from voiceserver.app import create_app
 from voiceserver.config import EnginesConfig, ModelConfig, ServerConfig
@@ -71,3 +72,43 @@ def run_server(
         server.should_exit = True
         thread.join(15)
         sock.close()
+
+
+@contextlib.contextmanager
+def serve_model_dir(
+    checkpoint: Path, voices: Path, timeout_s: float = 120.0
+) -> Iterator[tuple[str, dict]]:
+    """``voiceserver serve --model DIR`` as a user runs it (a subprocess, no --config, on a
+    free port): its base URL and its ``/v1/models`` listing once it answers."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "voiceserver"
+    args = [str(exe), "serve", "--model", str(checkpoint), "--port", str(port)]
+    args += ["--log-level", "warning", "--voices-dir", str(voices)]
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                models = httpx.get(f"{base}/v1/models", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline
+                time.sleep(0.3)
+        yield base, models
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from models.recognition import Recognized
+from models.recognition import Recognized, read_config
 
 LOOKS_FOR = 'a VoxCPM2 checkpoint (config.json with "architecture": "voxcpm2")'
 
 
 def recognize(path: Path) -> Recognized | None:
-    config = path / "config.json"
-    if not config.is_file():
-        return None
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_config(path)
     if not isinstance(data, dict) or str(data.get("architecture", "")).lower() != "voxcpm2":
         return None
     lm = data.get("lm_config") if isinstance(data.get("lm_config"), dict) else {}

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from models.recognition import Recognized
+from models.recognition import Recognized, read_config
 
 LOOKS_FOR = "a VoXtream2 checkpoint (config.json naming phone_former, temp_former and dep_former)"
 
 
 def recognize(path: Path) -> Recognized | None:
-    config = path / "config.json"
-    if not config.is_file():
-        return None
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_config(path)
     names = ("phone_former", "temp_former", "dep_former")
     if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in names):
         return None

@@ -17,11 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,7 +31,7 @@ from models.voxtream.speaker import SPEAKER_FILE
 from tests.models.chatterbox.ckpt_campplus import speechlike
 from tests.models.voxtream.ckpt import build
 from tests.models.voxtream.ckpt_redimnet import write_redimnet
-from tests.serving import RunningServer, run_server
+from tests.serving import RunningServer, run_server, serve_model_dir
 from tests.vllm_session import vllm_session
 from tests.wsclient import Client
 from voiceserver.config import ServerConfig, config_for_checkpoint, with_checkpoint
@@ -174,29 +169,7 @@ def test_the_directory_is_recognised_and_onboarded(
 
 def test_voiceserver_serve_model_dir(checkpoint: Path, tmp_path: Path) -> None:
     """``voiceserver serve --model DIR`` (no --config) picks VoXtream2 and serves it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).parent / "voiceserver"
-    args = [str(exe), "serve", "--model", str(checkpoint), "--port", str(port)]
-    args += ["--log-level", "warning", "--voices-dir", str(tmp_path / "voices")]
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                models = httpx.get(f"{base}/v1/models", timeout=2).json()
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline
-                time.sleep(0.3)
+    with serve_model_dir(checkpoint, tmp_path / "voices") as (base, models):
         entry = models["data"][0]
         assert entry["id"] == "voxtream2" and entry["family"] == "voxtream"
         assert entry["sample_rate"] == RATE and entry["voices"] == ["default", "second", "clone"]
@@ -205,9 +178,6 @@ def test_voiceserver_serve_model_dir(checkpoint: Path, tmp_path: Path) -> None:
         assert response.status_code == 200, response.text
         samples, rate = decode(response.content)
         assert rate == RATE and len(samples) > 0 and len(samples) % FRAME == 0
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 # -- the native socket ----------------------------------------------------------------
