@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 from tqdm import tqdm
 from voiceclient import VoiceClient, VoiceServerError
 
+from bench.arrivals import ArrivalPlan, poisson_schedule, session_seconds
 from bench.cli import (
     DEFAULT_URL,
     add_report_arguments,
@@ -75,6 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
         "that take requests from one shared queue and start together (default 1: all in "
         "this process)",
     )
+    parser.add_argument(
+        "--arrivals",
+        choices=("burst", "poisson"),
+        default="burst",
+        help="burst: each level's sessions start together and each starts its next request "
+        "when one ends; poisson: requests arrive on their own (a Poisson process) at the rate "
+        "that keeps about CONCURRENCY sessions active (CONCURRENCY / --session-s a second)",
+    )
+    parser.add_argument(
+        "--session-s",
+        type=float,
+        default=None,
+        help="poisson: how long a session lasts, for the rate (default: the warm-up "
+        "requests' mean)",
+    )
+    parser.add_argument(
+        "--arrival-seed", type=int, default=0, help="poisson: the schedule's seed (default 0)"
+    )
     add_speech_arguments(
         parser, warmup_help="unmeasured requests before the first level", timeout_s=120.0
     )
@@ -83,8 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def requests_for(concurrency: int, requested: int | None) -> int:
-    return requested if requested is not None else max(4, 2 * concurrency)
+def requests_for(concurrency: int, requested: int | None, poisson: bool = False) -> int:
+    """Requests of a level: as asked, else twice the sessions (burst) or three times the
+    active target (poisson: enough for the arrivals to reach a steady state)."""
+    if requested is not None:
+        return requested
+    return max(8, 3 * concurrency) if poisson else max(4, 2 * concurrency)
+
+
+def sessions_for(concurrency: int, poisson: bool) -> int:
+    """Client sessions of a level: one per concurrent request (burst); for open-loop
+    arrivals, room for twice the active target, so arrivals are not held back."""
+    return 2 * concurrency + 4 if poisson else concurrency
 
 
 def split_evenly(total: int, parts: int) -> list[int]:
@@ -113,15 +142,20 @@ async def run_sessions(
     requests: int,
     on_result: Callable[[RequestResult], None],
     ready: Callable[[], Awaitable[None]] | None = None,
+    schedule: Sequence[float] | None = None,
 ) -> SessionsRun:
     """``sessions`` sessions (of the level's ``concurrency``) take request indices from
     ``next_index`` until it reaches ``requests``. ``ready`` is awaited once every session
-    is connected, just before the clock starts."""
+    is connected, just before the clock starts. ``schedule``: request ``i`` starts no
+    sooner than ``schedule[i]`` seconds after the clock starts (open-loop arrivals)."""
     clients = await asyncio.gather(*(VoiceClient.connect(url, api_key) for _ in range(sessions)))
     results: list[RequestResult] = []
+    started = time.monotonic()
 
     async def worker(vc: VoiceClient) -> None:
         while (index := next_index()) < requests:
+            if schedule is not None:
+                await asyncio.sleep(max(0.0, started + schedule[index] - time.monotonic()))
             if vc.closed:
                 try:
                     vc = await VoiceClient.connect(url, api_key)
@@ -156,9 +190,12 @@ async def run_level(
     concurrency: int,
     requests: int,
     progress: tqdm,
+    plan: ArrivalPlan | None = None,
 ) -> LevelResult:
-    """``concurrency`` sessions take requests from one counter until ``requests`` ran."""
+    """``concurrency`` sessions (more with open-loop arrivals, ``plan``) take requests
+    from one counter until ``requests`` ran."""
     counter = itertools.count()
+    sessions = sessions_for(concurrency, plan is not None)
 
     def on_result(result: RequestResult) -> None:
         if result.ttfa_ms is not None:
@@ -170,14 +207,23 @@ async def run_level(
         api_key,
         spec,
         concurrency=concurrency,
-        sessions=concurrency,
+        sessions=sessions,
         next_index=lambda: next(counter),
         requests=requests,
         on_result=on_result,
+        schedule=plan.schedule if plan is not None else None,
     )
     results = sorted(run.results, key=lambda r: r.index)
-    worker = WorkerShare(os.getpid(), concurrency, len(results))
-    return LevelResult(concurrency, tuple(results), run.started_at, run.ended_at, (worker,))
+    worker = WorkerShare(os.getpid(), sessions, len(results))
+    return _with_plan(
+        LevelResult(concurrency, tuple(results), run.started_at, run.ended_at, (worker,)), plan
+    )
+
+
+def _with_plan(level: LevelResult, plan: ArrivalPlan | None) -> LevelResult:
+    if plan is None:
+        return level
+    return dataclasses.replace(level, arrivals=plan.summary(level.results, level.started_at))
 
 
 # --- several client processes ---------------------------------------------------------
@@ -244,7 +290,7 @@ def _worker_main(
     with contextlib.suppress(KeyboardInterrupt, _Aborted, EOFError, BrokenPipeError):
         conn.send(("hello", os.getpid()))
         while (message := conn.recv())[0] == "level":
-            _, concurrency, sessions, requests = message
+            _, concurrency, sessions, requests, schedule = message
             try:
                 run = asyncio.run(
                     run_sessions(
@@ -257,6 +303,7 @@ def _worker_main(
                         requests=requests,
                         on_result=shared.finished,
                         ready=ready,
+                        schedule=schedule,
                     )
                 )
             except VoiceServerError as err:
@@ -350,10 +397,12 @@ class WorkerPool:
             if worker.pid is None:
                 _, worker.pid = self._recv(worker, "hello", WORKER_START_TIMEOUT_S)
 
-    def run_level(self, concurrency: int, requests: int, progress: tqdm) -> LevelResult:
+    def run_level(
+        self, concurrency: int, requests: int, progress: tqdm, plan: ArrivalPlan | None = None
+    ) -> LevelResult:
         """The level's sessions split evenly over the workers, one request queue."""
         self.start()
-        shares = split_evenly(concurrency, len(self._workers))
+        shares = split_evenly(sessions_for(concurrency, plan is not None), len(self._workers))
         active = [(w, n) for w, n in zip(self._workers, shares, strict=True) if n > 0]
         shared = self._shared
         shared.go.clear()
@@ -362,7 +411,8 @@ class WorkerPool:
         with shared.done.get_lock():
             shared.done.value = 0
         for worker, sessions in active:
-            worker.conn.send(("level", concurrency, sessions, requests))
+            schedule = list(plan.schedule) if plan is not None else None
+            worker.conn.send(("level", concurrency, sessions, requests, schedule))
         for worker, _ in active:
             self._recv(worker, "ready")
         shared.go.set()
@@ -386,19 +436,21 @@ class WorkerPool:
         workers = tuple(
             WorkerShare(pid, shares_by_pid[pid], len(rs)) for pid, (_, _, rs) in runs.items()
         )
-        return LevelResult(
+        level = LevelResult(
             concurrency,
             tuple(results),
             min(started for started, _, _ in runs.values()),
             max(ended for _, ended, _ in runs.values()),
             workers,
         )
+        return _with_plan(level, plan)
 
 
-async def _warmup(url: str, api_key: str | None, spec: RequestSpec, count: int) -> None:
+async def _warmup(
+    url: str, api_key: str | None, spec: RequestSpec, count: int
+) -> list[RequestResult]:
     async with VoiceClient.connect(url, api_key) as vc:
-        for i in range(count):
-            await run_request(vc, text_for(i), spec)
+        return [await run_request(vc, text_for(i), spec) for i in range(count)]
 
 
 def run_all(
@@ -409,19 +461,28 @@ def run_all(
         if args.processes > 1:
             # Started first: the workers import while the warm-up runs.
             pool = stack.enter_context(WorkerPool(args.processes, url, api_key, spec))
-        if args.warmup > 0:
-            asyncio.run(_warmup(url, api_key, spec, args.warmup))
+        warm = asyncio.run(_warmup(url, api_key, spec, args.warmup)) if args.warmup > 0 else []
+        poisson = args.arrivals == "poisson"
+        session_s = args.session_s or session_seconds(warm)
+        if poisson and not session_s:
+            raise SystemExit("--arrivals poisson needs --session-s or a warm-up request")
         levels = []
         for concurrency in args.concurrency:
-            requests = requests_for(concurrency, args.requests_per_level)
+            requests = requests_for(concurrency, args.requests_per_level, poisson)
+            plan = None
+            if poisson:
+                assert session_s is not None
+                rate = concurrency / session_s
+                schedule = poisson_schedule(rate, requests, args.arrival_seed + concurrency)
+                plan = ArrivalPlan(rate, session_s, tuple(schedule))
             with tqdm(
                 total=requests, desc=f"concurrency {concurrency:>3}", unit="req", disable=args.quiet
             ) as progress:
                 if pool is not None:
-                    level = pool.run_level(concurrency, requests, progress)
+                    level = pool.run_level(concurrency, requests, progress, plan)
                 else:
                     level = asyncio.run(
-                        run_level(url, api_key, spec, concurrency, requests, progress)
+                        run_level(url, api_key, spec, concurrency, requests, progress, plan)
                     )
             memory = gpu_memory_mib()
             if memory is not None:
@@ -458,7 +519,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out: Path = args.out or RESULTS_DIR / f"loadgen-{datetime.now():%Y%m%d-%H%M%S}.json"
     # Every session is a socket here and in the server (which inherits the limit).
     files = raise_open_files_limit()
-    per_process = -(-max(args.concurrency) // args.processes)
+    most = sessions_for(max(args.concurrency), args.arrivals == "poisson")
+    per_process = -(-most // args.processes)
     if files < per_process + 64:
         print(
             f"warning: RLIMIT_NOFILE is {files}, {per_process} sessions per client process "
@@ -483,8 +545,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "model": dataclasses.asdict(model) if model is not None else None,
             "concurrency": list(args.concurrency),
             "requests_per_level": [
-                requests_for(c, args.requests_per_level) for c in args.concurrency
+                requests_for(c, args.requests_per_level, args.arrivals == "poisson")
+                for c in args.concurrency
             ],
+            "arrivals": args.arrivals,
             "tokens_per_s": args.tokens_per_s,
             "voice": args.voice,
             "sample_rate": spec.sample_rate,
@@ -530,6 +594,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit("--concurrency values must be at least 1")
     if args.processes < 1:
         raise SystemExit("--processes must be at least 1")
+    if args.arrivals == "poisson" and args.session_s is None and args.warmup < 1:
+        raise SystemExit("--arrivals poisson needs --session-s or a warm-up request")
+    if args.session_s is not None and args.session_s <= 0:
+        raise SystemExit("--session-s must be positive")
     try:
         return run(args)
     except VoiceServerError as err:

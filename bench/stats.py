@@ -52,6 +52,8 @@ class LevelResult:
     gpu_memory_used_mib: int | None = None
     """GPU memory in use after the level (``nvidia-smi``), None when unknown."""
     gpu_memory_total_mib: int | None = None
+    arrivals: dict[str, Any] | None = None
+    """Open-loop levels: the schedule's rate and how it ran (``bench.arrivals``)."""
 
     @property
     def ok(self) -> list[RequestResult]:
@@ -93,4 +95,4 @@ class LevelResult:
             "gpu_memory_used_mib": self.gpu_memory_used_mib,
             "gpu_memory_total_mib": self.gpu_memory_total_mib,
             "per_request": [r.to_json(origin) for r in self.results],
-        }
+        } | ({"arrivals": self.arrivals} if self.arrivals is not None else {})

@@ -226,3 +226,41 @@ def test_gpu_memory_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     _fake_nvidia_smi(tmp_path / "na", "echo '0, [N/A], [N/A]'")
     monkeypatch.setenv("PATH", str(tmp_path / "na"))
     assert gpu_memory_mib() is None
+
+
+def test_poisson_arrivals_start_requests_on_their_schedule(
+    tiny_server: RunningServer, tmp_path: Path
+) -> None:
+    """Open-loop arrivals: the rate keeps about ``concurrency`` sessions active for the
+    warm-up's session length; no request starts before its arrival time, and the
+    report says how late they started and how many were active."""
+    out = tmp_path / "poisson.json"
+    argv = ["--url", tiny_server.ws, "--concurrency", "2", "--requests-per-level", "6"]
+    report = main(
+        [*argv, "--arrivals", "poisson", "--warmup", "1", "--quiet", "--no-plot"]
+        + ["--out", str(out)]
+    )
+    assert report["config"]["arrivals"] == "poisson"
+    [level] = report["levels"]
+    arrivals = level["arrivals"]
+    assert level["errors"] == 0 and level["requests"] == 6
+    assert arrivals["mode"] == "poisson" and arrivals["session_s"] > 0
+    assert arrivals["rate_per_s"] == pytest.approx(2 / arrivals["session_s"])
+    schedule = loadgen.poisson_schedule(arrivals["rate_per_s"], 6, 0 + 2)
+    starts = sorted(level["per_request"], key=lambda r: r["index"])
+    first = starts[0]["started_at"]
+    for request, due in zip(starts, schedule, strict=True):
+        assert request["started_at"] - first >= due - 0.005
+    assert set(arrivals["late_start_ms"]) == STAT_KEYS
+    assert 1 <= arrivals["active_max"] <= 6 and arrivals["active_mean"] > 0
+
+
+def test_poisson_schedule_and_its_defaults() -> None:
+    schedule = loadgen.poisson_schedule(4.0, 4000, seed=3)
+    gaps = [b - a for a, b in zip(schedule, schedule[1:], strict=False)]
+    assert schedule[0] == 0 and all(g >= 0 for g in gaps)
+    assert sum(gaps) / len(gaps) == pytest.approx(0.25, rel=0.05)
+    assert loadgen.poisson_schedule(4.0, 10, seed=3) == schedule[:10]
+    assert [requests_for(c, None, poisson=True) for c in (1, 4, 16)] == [8, 12, 48]
+    with pytest.raises(SystemExit, match="--session-s"):
+        main(["--url", "ws://127.0.0.1:9/x", "--arrivals", "poisson", "--warmup", "0"])
