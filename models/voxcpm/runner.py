@@ -7,9 +7,9 @@ text before it speaks it (the reference takes no streaming text), so each unit o
 reference's, a turn (``models.kit.turns``): the voice's prompt and the unit's text
 prefilled from position 0, then patches until the stop head says so after ``min_len``
 steps, or until the reference's cap for that text (``int(6 * tokens + 10)`` patches) or
-the request's. A context's random draws go on across its turns, and its audio is one
-stream (the vocoder decodes each turn's first patches with the previous turn's last as
-left context).
+the request's. A context's random draws go on across its turns. Each turn's audio
+decodes from its own first patch (the engine keeps a vocoder window inside its unit),
+as the reference's streaming decoder starts each generation from a fresh state.
 
 Instructions are the reference's style control: ``(instructions)`` before the text, in
 every turn. A cloned voice with a transcript tokenizes transcript + text as one string,
