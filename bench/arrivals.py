@@ -5,7 +5,8 @@ when the last one ends (closed loop). Real traffic arrives on its own: a Poisson
 process at a rate, whatever the server is doing. At the rate ``N / session_s`` (Little's
 law: arrivals a second x seconds a session) about ``N`` sessions are active at once on
 average, where ``session_s`` is how long a session lasts (measured on the warm-up
-requests unless given).
+requests unless given): a session is active from its first text until its listener has
+heard its audio (played in real time from the first chunk), as a voice agent's is.
 
 A level's schedule is fixed before it starts (seeded), so every client process starts
 request ``i`` at ``arrival[i]`` seconds after the level's start; a request that starts
@@ -35,10 +36,20 @@ def poisson_schedule(rate_per_s: float, count: int, seed: int = 0) -> list[float
     return np.cumsum(gaps).tolist()
 
 
+def session_span(r: RequestResult) -> tuple[float, float]:
+    """When a session is active: from its first text until its listener has heard the
+    last of its audio (played in real time from the first chunk), or its last chunk
+    came, whichever is later."""
+    end = r.last_audio_at or r.started_at
+    if r.first_audio_at is not None:
+        end = max(end, r.first_audio_at + r.audio_s)
+    return r.started_at, end
+
+
 def session_seconds(results: Sequence[RequestResult]) -> float | None:
-    """Mean wall time of finished requests (first text sent -> last audio), or None."""
-    walls = [r.last_audio_at - r.started_at for r in results if r.last_audio_at is not None]
-    return statistics.mean(walls) if walls else None
+    """Mean length of finished sessions (:func:`session_span`), or None."""
+    spans = [session_span(r) for r in results if r.last_audio_at is not None]
+    return statistics.mean(b - a for a, b in spans) if spans else None
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class ArrivalPlan:
             for r in results
             if r.index < len(self.schedule)
         ]
-        spans = [(r.started_at, r.last_audio_at or r.started_at) for r in results]
+        spans = [session_span(r) for r in results]
         edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
         active = most = 0
         for _, step in edges:

@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-s",
         type=float,
         default=None,
-        help="poisson: how long a session lasts, for the rate (default: the warm-up "
-        "requests' mean)",
+        help="poisson: how long a session lasts (first text -> its audio heard), for the "
+        "rate (default: the warm-up requests' mean)",
     )
     parser.add_argument(
         "--arrival-seed", type=int, default=0, help="poisson: the schedule's seed (default 0)"

@@ -18,6 +18,7 @@ Speed: the model makes the part of a context's speed within
 from __future__ import annotations
 
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,8 +79,12 @@ class PiperRunner(ModelRunner):
         capabilities: Capabilities,
         scales: tuple[float, float, float],
         max_contexts: int,
+        workers: int = 1,
     ) -> None:
+        """``workers``: acoustic calls of one step run on this many threads at once
+        (onnxruntime releases the GIL; a session takes concurrent calls)."""
         self._graphs = graphs
+        self._pool = ThreadPoolExecutor(workers, "piper-acoustic") if workers > 1 else None
         self.frontend = frontend
         self.capabilities = capabilities
         self._noise, self._length, self._noise_w = scales
@@ -142,14 +147,18 @@ class PiperRunner(ModelRunner):
         waiting = np.zeros(n, bool)
         frames: list[np.ndarray] = []
         timed: list[tuple[int, int, int, int]] = []
-        for row, slot in enumerate(plan.step.tolist()):
-            state = self._slots[slot]
-            if state.rest is None and state.pending:
-                words = state.words.popleft()
-                unit = state.pending.popleft()
-                state.rest, durations = self._graphs.run(unit, state.scales, state.speed)
-                if words is not None and durations is not None:
-                    timed.extend(self._word_frames(row, state, words, durations))
+        states = [self._slots[slot] for slot in plan.step.tolist()]
+        # Every stepped context without frames in hand starts its next unit: their
+        # acoustic calls run together, then each hands out its frames.
+        starting = [row for row, s in enumerate(states) if s.rest is None and s.pending]
+        work = [(states[row].pending.popleft(), states[row]) for row in starting]
+        words = [states[row].words.popleft() for row in starting]
+        made = self._synthesize(work)
+        for row, unit_words, (latent, durations) in zip(starting, words, made, strict=True):
+            states[row].rest = latent
+            if unit_words is not None and durations is not None:
+                timed.extend(self._word_frames(row, states[row], unit_words, durations))
+        for row, state in enumerate(states):
             if state.rest is not None:
                 out, rest = state.rest[:MAX_FRAMES_PER_STEP], state.rest[MAX_FRAMES_PER_STEP:]
                 state.rest = rest if len(rest) else None
@@ -164,6 +173,20 @@ class PiperRunner(ModelRunner):
         return StepResult(
             counts, stacked, unit_end, finished, np.zeros(n, bool), waiting, WordFrames.of(timed)
         )
+
+    def _synthesize(
+        self, work: list[tuple[np.ndarray, _Slot]]
+    ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Each unit's latent and frames per id: side by side on the pool when there is
+        more than one."""
+
+        def run(item: tuple[np.ndarray, _Slot]) -> tuple[np.ndarray, np.ndarray | None]:
+            unit, state = item
+            return self._graphs.run(unit, state.scales, state.speed)
+
+        if self._pool is None or len(work) < 2:
+            return [run(item) for item in work]
+        return list(self._pool.map(run, work))
 
     def _word_frames(
         self, row: int, state: _Slot, words: np.ndarray, durations: np.ndarray

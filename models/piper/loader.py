@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,12 +54,25 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
     # text: without the arena, or shrinking it after each call, glibc fragments
     # and RSS wandered up to 30 and 70 MB higher, and the decoder ran 10-20% slower.
     session_options.enable_cpu_mem_arena = True
+    if not options.spin_threads:
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = ["CPUExecutionProvider"]
+
+    workers = options.acoustic_workers or min(4, os.cpu_count() or 1)
+    if workers < 1:
+        raise ValueError(
+            f"model.acoustic_workers must be 0 or more, got {options.acoustic_workers}"
+        )
+    acoustic_options = session_options
+    if workers > 1:  # the calls run side by side, a core each
+        acoustic_options = ort.SessionOptions()
+        acoustic_options.intra_op_num_threads = 1
+        acoustic_options.enable_cpu_mem_arena = True
 
     def session(graph: bytes | None) -> ort.InferenceSession | None:
         if graph is None:
             return None
-        return ort.InferenceSession(graph, session_options, providers=providers)
+        return ort.InferenceSession(graph, acoustic_options, providers=providers)
 
     acoustic = AcousticGraphs(
         latent_name=graphs.latent_name,
@@ -93,6 +107,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         capabilities,
         scales,
         options.max_contexts,
+        workers,
     )
     vocoder = PiperVocoder(
         decoder_session,

@@ -169,6 +169,8 @@ class EngineCore:
         self._unregistered: set[int] = set()
         """Reserved contexts whose Register the engine thread has not taken yet."""
         self._ar_seconds = 0.05
+        self._ar_peak = 0.0
+        """The longest recent AR step (decaying)."""
         self.load = 0.0
         """Smoothed step wall time per second of audio a stepped context gets."""
 
@@ -377,12 +379,14 @@ class EngineCore:
             self._admit(self._contexts[cid], slot)
         posted = False
         made = 0.0
+        # The next step may be as long as the longest lately (a long sentence after
+        # short ones), not just the average.
+        horizon = 1.5 * max(self._ar_seconds, self._ar_peak) + URGENT_MARGIN_S
         if len(decision.step) or self._admits or self._free_slots_next:
             if len(decision.step):
                 # Audio that is playing must not run dry while the AR step holds the
                 # thread: first decode for every stream whose buffer ends within the
                 # step's expected duration (and newcomers' first chunks).
-                horizon = 1.5 * self._ar_seconds + URGENT_MARGIN_S
                 for _ in range(MAX_URGENT_PASSES):
                     if not self._vocoder_step(horizon):
                         break
@@ -392,9 +396,19 @@ class EngineCore:
             if len(decision.step):
                 elapsed = time.monotonic() - started
                 self._ar_seconds += LOAD_SMOOTHING * (elapsed - self._ar_seconds)
+                self._ar_peak = max(elapsed, self._ar_peak * (1 - LOAD_SMOOTHING))
                 if self._observer is not None:
                     self._observer.ar_step(elapsed)
-        posted = self._vocoder_step() or posted
+        # First chunks (and streams already late) first, each pass delivered at once;
+        # then buffers that run out before the next step ends; then, unless contexts
+        # wait for their first frames (their AR step comes sooner without it),
+        # everything else that is ready.
+        for within in (0.0, horizon):
+            if self._vocoder_step(within):
+                posted = True
+                self._deliver()
+        if not self._newcomers_waiting():
+            posted = self._vocoder_step() or posted
         self._update_blocked()
         self.stats.active_contexts = len(self._contexts)
         self.stats.active_slots = self.scheduler.used_slots
@@ -406,6 +420,14 @@ class EngineCore:
             load = (time.monotonic() - now) / made * turns
             self.load += LOAD_SMOOTHING * (load - self.load)
         return bool(decision.admit or len(decision.step) or posted)
+
+    def _newcomers_waiting(self) -> bool:
+        """Some context wants a step and has made no frames yet (or waits for a slot)."""
+        sched = self.scheduler
+        if sched.num_waiting:
+            return True
+        fresh = (sched.cid >= 0) & sched.ready & ~sched.finished & np.isnan(sched.first_audio)
+        return bool(fresh.any())
 
     def _admit(self, ctx: _Context, slot: int) -> None:
         with self._lock:
