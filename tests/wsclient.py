@@ -120,3 +120,24 @@ class Client:
 
     async def close(self) -> None:
         await self.ws.close()
+
+
+async def speak_once(
+    url: str,
+    pieces: list[str],
+    output_format: dict[str, Any],
+    cid: str = "a",
+    timeout: float = 60,
+    **create: Any,
+) -> tuple[bytes, dict[str, Any], Client]:
+    """One context on a fresh socket: ``pieces`` appended one by one, then
+    ``context.end``; its audio bytes, ``context.done`` and the client (no error seen)."""
+    client = await Client.connect(url)
+    await client.send(type="context.create", context_id=cid, output_format=output_format, **create)
+    for piece in pieces:
+        await client.send(type="text.append", context_id=cid, text=piece)
+    await client.send(type="context.end", context_id=cid)
+    done = await client.until("context.done", cid, timeout=timeout)
+    await client.close()
+    assert not client.got.of_type("error"), client.got.of_type("error")
+    return bytes(client.got.audio[cid]), done, client

@@ -33,7 +33,7 @@ from tests.models.voxtream.ckpt import build
 from tests.models.voxtream.ckpt_redimnet import write_redimnet
 from tests.serving import RunningServer, run_server, serve_model_dir
 from tests.vllm_session import vllm_session
-from tests.wsclient import Client
+from tests.wsclient import Client, speak_once
 from voiceserver.config import ServerConfig, config_for_checkpoint, with_checkpoint
 from voiceserver.onboard import EXIT_OK
 from voiceserver.onboard import main as onboard
@@ -95,16 +95,8 @@ async def speak(
 ) -> tuple[bytes, dict, Client]:
     """One context on a fresh socket: ``pieces`` appended one by one, then
     ``context.end``; its audio bytes, ``context.done`` and the client."""
-    client = await Client.connect(server.ws)
     fmt = fmt or {"encoding": "pcm_s16le", "sample_rate": RATE}
-    await client.send(type="context.create", context_id=cid, output_format=fmt, **create)
-    for piece in pieces:
-        await client.send(type="text.append", context_id=cid, text=piece)
-    await client.send(type="context.end", context_id=cid)
-    done = await client.until("context.done", cid, timeout=60)
-    await client.close()
-    assert not client.got.of_type("error"), client.got.of_type("error")
-    return bytes(client.got.audio[cid]), done, client
+    return await speak_once(server.ws, pieces, fmt, cid, **create)
 
 
 async def whole(server: RunningServer, text: str = TEXT, **create: object) -> np.ndarray:
