@@ -206,3 +206,20 @@ def test_dropped_or_reopened_stream_is_closed_once() -> None:
     push(ring, 1, np.ones((2, 1), np.float32))
     assert voc.calls == [] and len(step(loop)[1]) == 10
     assert voc.calls == [[("c", 1)]]
+
+
+def test_a_zero_horizon_takes_first_chunks_and_late_streams_only() -> None:
+    """What the engine decodes (and delivers) first after a step: newcomers' first
+    chunks and streams whose audio already ran out, not those with audio in hand."""
+    voc = WindowVocoder(right=0)
+    loop, ring = make(voc, first=1, max_chunk=1)
+    for stream in (1, 2, 3):
+        loop.open(stream, stream)
+    for stream in (1, 2):
+        push(ring, stream, np.ones((10, 1), np.float32), unit_end=True)
+    step(loop, 0.0)  # 1 and 2 each have 10 ms of audio from t=0
+    push(ring, 3, np.ones((10, 1), np.float32), unit_end=True)
+    decoded = loop.step(0.005, np.zeros(4, bool), 0.0)
+    assert decoded.streams.tolist() == [3]  # 1 and 2 still have 5 ms in hand
+    decoded = loop.step(0.015, np.zeros(4, bool), 0.0)
+    assert sorted(decoded.streams.tolist()) == [1, 2]  # theirs ran out at 10 ms: late
