@@ -377,6 +377,10 @@ class EngineCore:
         decision = self.scheduler.schedule(now)
         for cid, slot in decision.admit:
             self._admit(self._contexts[cid], slot)
+        # Counted before anything is delivered: a client that has its first audio
+        # sees its context in the engine's snapshot.
+        self.stats.active_contexts = len(self._contexts)
+        self.stats.active_slots = self.scheduler.used_slots
         posted = False
         made = 0.0
         # The next step may be as long as the longest lately (a long sentence after
