@@ -393,21 +393,27 @@ class Flow(nn.Module):
 
     @torch.no_grad()
     def inference_rows(self, rows: list[FlowRow], steps: int = 2) -> list[torch.Tensor]:
-        """Each row's mel [80, 2N], all rows in one padded call. A row's frames depend
-        on its own inputs only: padding is masked out of attention and zeroed where
-        a convolution reads ahead, so a row equals its call alone (to float rounding)."""
+        """Each row's mel [80, 2(N - held_back)], all rows in one padded call. A row's
+        frames depend on its own inputs only: padding is masked out of attention and
+        zeroed where a convolution reads ahead, so a row equals its call alone (to
+        float rounding)."""
         first = rows[0].tokens
         device, dtype = first.device, rows[0].noise.dtype
         lengths = [len(r.prompt_tokens) + len(r.tokens) for r in rows]
+        kept = [n - r.held_back for n, r in zip(lengths, rows, strict=True)]
         total = max(lengths)
         ids = torch.zeros(len(rows), total, dtype=torch.long, device=device)
         noise = torch.zeros(len(rows), MELS, 2 * total, dtype=dtype, device=device)
         for b, r in enumerate(rows):
             ids[b, : lengths[b]] = torch.cat((r.prompt_tokens, r.tokens))
-            noise[b, :, : 2 * lengths[b]] = r.noise
+            noise[b, :, : 2 * kept[b]] = r.noise
         embedding = torch.stack([r.embedding for r in rows])
         speaker = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
         h, mask = self.encoder(self.input_embedding(ids), torch.tensor(lengths, device=device))
+        if kept != lengths:
+            # The held-back tokens' frames leave the call here, as the reference cuts
+            # them off the encoder's output: past a row's end for the decoder.
+            mask = _valid(torch.tensor(kept, device=device) * 2, h.shape[1])
         mu = self.encoder_proj(h).transpose(1, 2).contiguous()
         cond = torch.zeros_like(mu)
         for b, r in enumerate(rows):
@@ -422,7 +428,7 @@ class Flow(nn.Module):
         out = []
         for b, row in enumerate(rows):
             start = row.prompt_mel.shape[0]
-            out.append(x[b, :, start : 2 * lengths[b]])
+            out.append(x[b, :, start : 2 * kept[b]])
         return out
 
 
@@ -439,4 +445,7 @@ class FlowRow:
     embedding: torch.Tensor
     """[192]: the voice's x-vector."""
     noise: torch.Tensor
-    """[80, 2(P + N)]: the starting point."""
+    """[80, 2(P + N - held_back)]: the starting point."""
+    held_back: int = 0
+    """Last tokens that only inform the others (the encoder reads them as look-ahead)
+    and get no frames: the reference's ``finalize=False`` holds back ``LOOKAHEAD``."""

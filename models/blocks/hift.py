@@ -126,19 +126,24 @@ class SourceNoise:
 
 
 def draw_source_noise(
-    frames: int, batch: int = 1, generator: torch.Generator | None = None
+    frames: int,
+    batch: int = 1,
+    generator: torch.Generator | None = None,
+    device: torch.device | None = None,
 ) -> SourceNoise:
     """The reference's draws, in its order: the phases (``torch.rand`` [B, 9, 1]
     mapped to [-pi, pi)), the noise (``torch.randn`` [B, 9, S]), then a
     ``torch.randn`` [B, S, 1] it discards (S = frames * 480). Drawing the last one
     too leaves ``generator`` (torch's global one when None) where the reference
-    leaves it."""
+    leaves it. ``device``: where to draw (that of ``generator`` when one is given)."""
+    if generator is not None:
+        device = generator.device
     samples = frames * FRAME_SAMPLES
-    unit = torch.rand(batch, HARMONICS, 1, generator=generator)
-    noise = torch.randn(batch, HARMONICS, samples, generator=generator)
-    torch.randn(batch, samples, 1, generator=generator)
+    unit = torch.rand(batch, HARMONICS, 1, generator=generator, device=device)
+    noise = torch.randn(batch, HARMONICS, samples, generator=generator, device=device)
+    torch.randn(batch, samples, 1, generator=generator, device=device)
     # As torch.distributions.Uniform(-pi, pi) maps it, in float32.
-    low, high = torch.tensor(-math.pi), torch.tensor(math.pi)
+    low, high = torch.tensor(-math.pi, device=device), torch.tensor(math.pi, device=device)
     phases = low + unit * (high - low)
     phases[:, 0] = 0.0
     return SourceNoise(phases, noise)
@@ -242,6 +247,19 @@ class HiFT(nn.Module):
     def forward(self, mel: torch.Tensor, rand: SourceNoise) -> torch.Tensor:
         """Mel [B, 80, F] (float32) -> audio [B, F * 480] in [-0.99, 0.99]."""
         return self.decode(mel, self.source(mel, rand))
+
+    def resume(
+        self, mel: torch.Tensor, rand: SourceNoise, played: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Audio [B, F * 480] of mel [B, 80, F] and its excitation [B, 1, F * 480], the
+        excitation's first samples replaced by ``played`` [B, 1, S] (what earlier calls
+        over a prefix of this mel already sounded), as the reference's
+        ``inference(cache_source=...)`` does: re-decoding a grown prefix keeps the
+        sines it already played instead of jumping to new ones."""
+        source = self.source(mel, rand)
+        if played is not None and played.shape[-1]:
+            source[..., : played.shape[-1]] = played
+        return self.decode(mel, source), source
 
     def fold_weight_norm(self) -> HiFT:
         """Replace every weight-normed weight by its value (identical numbers,

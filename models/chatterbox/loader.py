@@ -65,6 +65,12 @@ class ChatterboxOptions:
     """Shortest reference audio a clone takes (the reference refuses 5 s or less)."""
     ref_audio_max_s: float = 60.0
     """Longest reference audio accepted (T3 reads its first 15 s, S3Gen its first 10)."""
+    stream_decode: bool = True
+    """Send a clause's audio while it is still being generated: each chunk decodes the
+    clause's tokens so far plus 3 of look-ahead, as the reference's
+    ``finalize=False`` does (first audio after the first chunk's tokens). False: decode
+    each clause once it is whole (one flow call a clause: more throughput, first audio
+    after the whole clause)."""
     bench_ignore_eos: bool = False
     """Benchmarks only: never sample the stop token, so every utterance runs to its
     cap (random weights stop at random)."""
@@ -138,7 +144,9 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         (options.ref_audio_min_s, options.ref_audio_max_s),
         options.cuda_graphs,
     )
-    return LoadedModel(runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype))
+    return LoadedModel(
+        runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype, options.stream_decode)
+    )
 
 
 def _cloner(root: Path, state: dict[str, torch.Tensor], device: torch.device) -> VoiceCloner:

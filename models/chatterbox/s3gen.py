@@ -52,14 +52,36 @@ class UtteranceNoise:
 
 
 def draw_utterance_noise(
-    tokens: int, prompt_tokens: int, generator: torch.Generator | None = None
+    tokens: int,
+    prompt_tokens: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | None = None,
 ) -> UtteranceNoise:
     """The reference's draws for one utterance, in its order: the new frames' noise,
-    the whole call's (whose prompt part is kept), then HiFT's source."""
-    new = torch.randn(1, MELS, 2 * tokens, generator=generator)
-    flow = torch.randn(1, MELS, 2 * (tokens + prompt_tokens), generator=generator)
+    the whole call's (whose prompt part is kept), then HiFT's source. ``device``:
+    where to draw (that of ``generator`` when one is given)."""
+    if generator is not None:
+        device = generator.device
+    new = torch.randn(1, MELS, 2 * tokens, generator=generator, device=device)
+    flow = torch.randn(1, MELS, 2 * (tokens + prompt_tokens), generator=generator, device=device)
     flow[:, :, 2 * prompt_tokens :] = new
-    return UtteranceNoise(flow, draw_source_noise(2 * tokens, generator=generator))
+    source = draw_source_noise(2 * tokens, generator=generator, device=device)
+    return UtteranceNoise(flow, source)
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """One decoder call over a unit's tokens so far (or all of them)."""
+
+    tokens: torch.Tensor
+    """int64 [N]: the unit's tokens from its first, on the decoder's device."""
+    voice: Conditioning
+    noise: UtteranceNoise
+    """Drawn for the N - ``held_back`` tokens that get audio."""
+    held_back: int = 0
+    """Last tokens read only as look-ahead (the reference's ``finalize=False``: 3)."""
+    played: torch.Tensor | None = None
+    """[1, 1, S]: HiFT's excitation of the samples earlier calls already gave."""
 
 
 class S3Gen:
@@ -78,25 +100,36 @@ class S3Gen:
     def utterances(
         self, items: list[tuple[torch.Tensor, Conditioning, UtteranceNoise]]
     ) -> list[torch.Tensor]:
-        """Audio [960 N] of each (tokens [N], voice, noise): the flow of all of them in
-        one padded call (each row as it would be alone), then HiFT row by row (its
-        convolutions and STFT read past a row's end, so padding would leak in)."""
+        """Audio [960 N] of each whole utterance (tokens [N], voice, noise)."""
+        calls = [Prefix(tokens, voice, noise) for tokens, voice, noise in items]
+        return [audio for audio, _ in self.prefixes(calls)]
+
+    @torch.no_grad()
+    def prefixes(self, calls: list[Prefix]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Audio [960 (N - held_back)] and HiFT's excitation of each call, as the
+        reference's ``S3Gen.forward(..., finalize=held_back == 0)`` makes it with
+        HiFT resumed from ``played``: the flow of all calls in one padded call (each
+        row as it would be alone), then HiFT call by call (its convolutions and STFT
+        read past a row's end, so padding would leak in). Every call's first 40 ms
+        are faded in, as every reference call's are."""
         rows = [
             FlowRow(
-                tokens,
-                voice.prompt_tokens[0],
-                voice.prompt_mel[0],
-                voice.embedding[0],
-                noise.flow[0],
+                call.tokens,
+                call.voice.prompt_tokens[0],
+                call.voice.prompt_mel[0],
+                call.voice.embedding[0],
+                call.noise.flow[0],
+                call.held_back,
             )
-            for tokens, voice, noise in items
+            for call in calls
         ]
         mels = self.flow.inference_rows(rows)
         out = []
-        for mel, (_, _, noise) in zip(mels, items, strict=True):
-            audio = self.hift(mel[None], noise.source)[0]
+        for mel, call in zip(mels, calls, strict=True):
+            audio, source = self.hift.resume(mel[None], call.noise.source, call.played)
+            audio = audio[0]
             fade = fade_in(audio.device)
             n = min(len(fade), audio.shape[-1])
             audio[:n] = audio[:n] * fade[:n]
-            out.append(audio)
+            out.append((audio, source))
         return out

@@ -25,6 +25,8 @@ JOB.json: {"t3_sizes"?: {...}, "tasks": [TASK, ...]}; each TASK has "kind" and "
    -> OUT/<id>.wav.npy: ``S3Gen.inference`` (flow, two mean-flow steps, HiFT, the fade-in)
    right after ``torch.manual_seed(seed)``; and OUT/<id>.mel.npy: ``flow_inference``
    under the same seed
+- {"kind": "s3gen_stream", "id", the "s3gen" fields, "chunks" ([end, view] pairs)}
+   -> OUT/<id>.c<k>.npy: a unit streamed as ``finalize=False`` decodes it (``run_s3gen_stream``)
 - {"kind": "conds", "id"} -> OUT/<id>.<field>.npy for each tensor of CKPT/conds.pt as
    ``Conditionals.load`` reads it (the built-in voice): t3_speaker_emb,
    t3_cond_prompt_speech_tokens, gen_prompt_token, gen_prompt_feat, gen_embedding
@@ -155,6 +157,71 @@ def run_s3gen(s3gen, task: dict, out: Path) -> dict:  # noqa: ANN001
     return {"id": task["id"], "wav": wav_path.name, "mel": mel_path.name}
 
 
+def run_s3gen_stream(s3gen, task: dict, out: Path) -> dict:  # noqa: ANN001
+    """A unit decoded chunk by chunk as the reference's ``finalize=False`` path
+    decodes a prefix: for each (end, view) of task["chunks"], after
+    ``torch.manual_seed(seed)``, the flow over tokens[:view] (``finalize`` when
+    ``view - end < 3``), HiFT's ``inference`` with ``cache_source`` the excitation
+    of the samples earlier chunks gave, the call's fade-in; the chunk's samples
+    (from the previous end to ``end`` tokens) -> OUT/<id>.c<k>.npy.
+
+    Release 0.1.7 cannot run ``finalize=False`` as shipped, and this is the whole
+    stand-in: ``CausalMaskedDiffWithXvec.inference`` cuts the look-ahead's 6 frames
+    off ``mu`` but hands the decoder the encoder's mask uncut, and the decoder fails
+    ("size of tensor a (38) must match ... b (44)"); and ``flow_inference`` draws the
+    new frames' noise for every token of the call, the held-back ones too, so it
+    would land 6 frames early, over the prompt's. Here the decoder's mask is cut to
+    ``mu``'s length and the noise is drawn at the cut length (the same draw, in the
+    same place)."""
+    from chatterbox.models.s3gen.s3gen import S3Token2Mel
+
+    decoder = s3gen.flow.decoder
+    forward = decoder.forward
+
+    def cut_mask(mu, mask, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        return forward(mu, mask[..., : mu.shape[-1]], *args, **kwargs)
+
+    prompt = torch.tensor(task["prompt_token"], dtype=torch.long).view(1, -1)
+    tokens = torch.tensor(task["tokens"], dtype=torch.long)
+    played = torch.zeros(1, 1, 0)
+    found, start = {"id": task["id"]}, 0
+    decoder.forward = cut_mask
+    try:
+        for k, (end, view) in enumerate(task["chunks"]):
+            ref_dict = {
+                "prompt_token": prompt,
+                "prompt_token_len": torch.tensor([prompt.shape[1]]),
+                "prompt_feat": torch.from_numpy(np.load(task["prompt_feat"])),
+                "prompt_feat_len": None,
+                "embedding": torch.from_numpy(np.load(task["embedding"])),
+            }
+            finalize = view - end < 3
+            kept = view if finalize else view - 3
+            torch.manual_seed(task["seed"])
+            with torch.inference_mode():
+                noise = torch.randn(1, 80, 2 * kept)
+                mel = S3Token2Mel.forward(
+                    s3gen,
+                    tokens[None, :view],
+                    ref_wav=None,
+                    ref_sr=None,
+                    ref_dict=ref_dict,
+                    n_cfm_timesteps=2,
+                    finalize=finalize,
+                    noised_mels=noise,
+                )
+                wav, source = s3gen.mel2wav.inference(speech_feat=mel, cache_source=played)
+                wav[:, : len(s3gen.trim_fade)] *= s3gen.trim_fade
+            played = source[:, :, : 960 * end]
+            path = out / f"{task['id']}.c{k}.npy"
+            np.save(path, wav.reshape(-1)[960 * start : 960 * end].numpy().astype(np.float32))
+            found[f"c{k}"] = path.name
+            start = end
+    finally:
+        decoder.forward = forward
+    return found
+
+
 def run_conds(ckpt: Path, task: dict, out: Path) -> dict:
     from chatterbox.tts_turbo import Conditionals
 
@@ -235,6 +302,9 @@ if __name__ == "__main__":
             "t3": lambda task, job: run_t3(t3_for(job), task, job.out),
             "hift": lambda task, job: run_hift(build_s3gen(job.ckpt), task, job.out),
             "s3gen": lambda task, job: run_s3gen(build_s3gen(job.ckpt), task, job.out),
+            "s3gen_stream": lambda task, job: run_s3gen_stream(
+                build_s3gen(job.ckpt), task, job.out
+            ),
             "conds": lambda task, job: run_conds(job.ckpt, task, job.out),
             "clone": lambda task, job: run_clone(tts_for(job), task, job.out),
             "text": lambda task, job: run_text(load_tokenizer(job.ckpt), task, job.out),
