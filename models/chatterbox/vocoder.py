@@ -48,7 +48,9 @@ class _Stream:
     generator: torch.Generator
     """Seeded with the context's key: one seed per unit (streaming), or every draw."""
     draws: torch.Generator
-    """On the decoder's device: reseeded with the unit's seed before each call."""
+    """Reseeded with the unit's seed before each call. On the CPU whatever the decoder's
+    device, so a seeded request sounds the same on every device (~10 ms of draws a
+    3 s clause; the whole-unit path draws there too)."""
     unit_seed: int = 0
     played: torch.Tensor | None = None
     """HiFT's excitation of the current unit's samples sent so far."""
@@ -90,7 +92,7 @@ class ChatterboxVocoder(Vocoder):
             v.embedding.to(self.device, self.dtype),
         )
         generator = torch.Generator().manual_seed(conditioning.key)
-        return _Stream(voice, generator, torch.Generator(self.device))
+        return _Stream(voice, generator, torch.Generator())
 
     def decode(self, items: list[DecodeItem]) -> list[np.ndarray]:
         if self.stream:
