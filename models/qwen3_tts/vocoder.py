@@ -164,15 +164,35 @@ class Qwen3Vocoder(Vocoder):
     def _decode(
         self, chunks: list[np.ndarray], rows: np.ndarray
     ) -> tuple[torch.Tensor, np.ndarray]:
+        """Every chunk's audio [B, max T_i * hop] and its valid samples. With graphs,
+        chunks go by the graph length they pad to (1, 2, 4, 8, 16 frames), each group
+        in replays of at most its largest batch: a call mixing a newcomer's 1-frame
+        chunk with 16-frame ones would otherwise pad every chunk to 16 frames, or
+        (past 1,024 frames) run eagerly. Chunks longer than any graph run eagerly."""
         counts = np.array([len(c) for c in chunks], np.int64)
-        frames = next((f for f in GRAPH_FRAMES if f >= counts.max()), None)
-        graphs = self._graphs.get(frames) if frames is not None else None
-        size = graphs.bucket_for(len(chunks)) if graphs is not None else None
-        if graphs is None or size is None or frames is None:
+        if not self._graphs:
             return self.decoder.decode(chunks, self._pool, rows)
-        packed = self.decoder.pack(chunks, self._pool, rows, frames)
-        padded = self._padding(size, packed.shape[1])
-        padded[: len(chunks)] = packed
-        wav = graphs.replay(upload(padded, self._pool.device))[: len(chunks)]
-        self.decoder.advance(self._pool, rows, counts)
-        return wav, counts * self.decoder.hop
+        hop = self.decoder.hop
+        lengths = np.array([next((f for f in GRAPH_FRAMES if f >= n), 0) for n in counts])
+        wavs = torch.zeros(len(chunks), int(counts.max()) * hop, device=self._pool.device)
+        for frames in np.unique(lengths).tolist():
+            group = np.flatnonzero(lengths == frames)
+            graphs = self._graphs.get(frames)
+            if graphs is None:  # longer than any graph
+                wav, _ = self.decoder.decode([chunks[i] for i in group], self._pool, rows[group])
+                wavs[upload(group, wavs.device), : wav.shape[1]] = wav.to(wavs.dtype)
+                continue
+            for first in range(0, len(group), graphs.largest):
+                part = group[first : first + graphs.largest]
+                size = graphs.bucket_for(len(part))
+                assert size is not None
+                packed = self.decoder.pack(
+                    [chunks[i] for i in part], self._pool, rows[part], frames
+                )
+                padded = self._padding(size, packed.shape[1])
+                padded[: len(part)] = packed
+                wav = graphs.replay(upload(padded, self._pool.device))[: len(part)]
+                self.decoder.advance(self._pool, rows[part], counts[part])
+                width = min(wav.shape[1], wavs.shape[1])
+                wavs[upload(part, wavs.device), :width] = wav[:, :width].to(wavs.dtype)
+        return wavs, counts * hop

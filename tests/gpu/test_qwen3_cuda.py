@@ -214,3 +214,29 @@ def test_a_decode_step_and_a_vocoder_call_each_wait_for_the_device_once(
     voc.decode([DecodeItem(s, codes[:1]) for s in streams])
     _, waits = count_waits(lambda: voc.decode([DecodeItem(s, codes) for s in streams]))
     assert waits == 1
+
+
+def test_vocoder_graphs_equal_eager_for_mixed_chunk_lengths(
+    checkpoint: Path, no_tf32: None
+) -> None:
+    """Calls that mix chunk lengths (a newcomer's 1-frame chunk beside 16-frame ones,
+    one longer than any graph) and more streams than one replay holds: each chunk is
+    decoded by the graph of its own length, and the audio equals the eager decoder's."""
+    options = {"device": "cuda", "dtype": "float32", "max_contexts": 80}
+    graphed = load(options, checkpoint).vocoder
+    eager = load(options | {"cuda_graphs": False}, checkpoint).vocoder
+    rng = np.random.default_rng(1)
+    streams = 70
+    ours = [graphed.new_stream(None) for _ in range(streams)]
+    theirs = [eager.new_stream(None) for _ in range(streams)]
+    for call in range(3):
+        lengths = rng.choice([1, 2, 3, 5, 16], streams)
+        lengths[0] = 20 if call == 1 else 1
+        if call == 2:  # 70 chunks of 16 frames: two replays of the 64-row graph
+            lengths[:] = 16
+        codes = [rng.integers(0, 2048, (n, 16)).astype(np.int64) for n in lengths]
+        got = graphed.decode([DecodeItem(s, c) for s, c in zip(ours, codes, strict=True)])
+        want = eager.decode([DecodeItem(s, c) for s, c in zip(theirs, codes, strict=True)])
+        for n, a, b in zip(lengths, got, want, strict=True):
+            assert a.shape == b.shape == (n * 1920,)
+            np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
