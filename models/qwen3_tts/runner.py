@@ -500,7 +500,9 @@ class Qwen3Runner(SlotRunner):
             replay_rows = host[at + len(chosen) :].reshape(len(replayed), groups + 1)
             made_slots.append(replayed)
             made_frames.append(replay_rows[:, :groups])
-            self._take_code0(replayed, replay_rows[:, groups])
+            capped = st.frames[replayed] >= st.max_frames[replayed]
+            st.finish(replayed[capped], True)
+            self._take_code0(replayed[~capped], replay_rows[~capped, groups])
         return self._result(rows, np.concatenate(made_slots), np.concatenate(made_frames))
 
     # -- the graphed frame -------------------------------------------------------
@@ -508,12 +510,18 @@ class Qwen3Runner(SlotRunner):
     def _steady(self, decoding: np.ndarray) -> np.ndarray:
         """Decoding slots whose whole frame (residual codes, one talker position, the
         next code 0) can run in the captured graph: a code 0 pending, no frame waiting,
-        text-track item known, not ending on this frame."""
+        text-track item known, and room in the slot for the position after it. A
+        context's last frame (its frame cap) runs there too, the position and code 0
+        after it unused: run eagerly, it held every stream for a whole eager frame
+        (~100 ms on an H200), once for every context that ends at its cap."""
         if self.frames.graphs is None or not len(decoding):
             return decoding[:0]
         st = self.state
         ok = st.code0_pending[decoding] & ~st.frame_pending[decoding]
-        ok &= st.track_ready(decoding) & (st.frames[decoding] + 1 < st.max_frames[decoding])
+        ok &= st.track_ready(decoding)
+        ok &= (st.frames[decoding] + 1 < st.max_frames[decoding]) | (
+            st.position[decoding] + 1 < self.cache.capacity
+        )
         return decoding[ok]
 
     def _replay(self, steady: np.ndarray) -> tuple[np.ndarray, torch.Tensor | None]:
