@@ -65,12 +65,13 @@ class ChatterboxOptions:
     """Shortest reference audio a clone takes (the reference refuses 5 s or less)."""
     ref_audio_max_s: float = 60.0
     """Longest reference audio accepted (T3 reads its first 15 s, S3Gen its first 10)."""
-    stream_decode: bool = True
+    stream_decode: bool | Literal["auto"] = "auto"
     """Send a clause's audio while it is still being generated: each chunk decodes the
     clause's tokens so far plus 3 of look-ahead, as the reference's
     ``finalize=False`` does (first audio after the first chunk's tokens). False: decode
     each clause once it is whole (one flow call a clause: more throughput, first audio
-    after the whole clause)."""
+    after the whole clause). ``auto``: stream on CUDA; whole clauses on the CPU, where
+    a flow call takes seconds and re-running it for every chunk would fall behind."""
     bench_ignore_eos: bool = False
     """Benchmarks only: never sample the stop token, so every utterance runs to its
     cap (random weights stop at random)."""
@@ -144,9 +145,10 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         (options.ref_audio_min_s, options.ref_audio_max_s),
         options.cuda_graphs,
     )
-    return LoadedModel(
-        runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype, options.stream_decode)
-    )
+    stream = options.stream_decode
+    if stream == "auto":
+        stream = device.type == "cuda"
+    return LoadedModel(runner=runner, vocoder=ChatterboxVocoder(s3gen, device, dtype, stream))
 
 
 def _cloner(root: Path, state: dict[str, torch.Tensor], device: torch.device) -> VoiceCloner:
