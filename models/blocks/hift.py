@@ -126,24 +126,19 @@ class SourceNoise:
 
 
 def draw_source_noise(
-    frames: int,
-    batch: int = 1,
-    generator: torch.Generator | None = None,
-    device: torch.device | None = None,
+    frames: int, batch: int = 1, generator: torch.Generator | None = None
 ) -> SourceNoise:
     """The reference's draws, in its order: the phases (``torch.rand`` [B, 9, 1]
     mapped to [-pi, pi)), the noise (``torch.randn`` [B, 9, S]), then a
     ``torch.randn`` [B, S, 1] it discards (S = frames * 480). Drawing the last one
     too leaves ``generator`` (torch's global one when None) where the reference
-    leaves it. ``device``: where to draw (that of ``generator`` when one is given)."""
-    if generator is not None:
-        device = generator.device
+    leaves it."""
     samples = frames * FRAME_SAMPLES
-    unit = torch.rand(batch, HARMONICS, 1, generator=generator, device=device)
-    noise = torch.randn(batch, HARMONICS, samples, generator=generator, device=device)
-    torch.randn(batch, samples, 1, generator=generator, device=device)
+    unit = torch.rand(batch, HARMONICS, 1, generator=generator)
+    noise = torch.randn(batch, HARMONICS, samples, generator=generator)
+    torch.randn(batch, samples, 1, generator=generator)
     # As torch.distributions.Uniform(-pi, pi) maps it, in float32.
-    low, high = torch.tensor(-math.pi, device=device), torch.tensor(math.pi, device=device)
+    low, high = torch.tensor(-math.pi), torch.tensor(math.pi)
     phases = low + unit * (high - low)
     phases[:, 0] = 0.0
     return SourceNoise(phases, noise)

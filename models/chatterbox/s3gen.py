@@ -52,21 +52,14 @@ class UtteranceNoise:
 
 
 def draw_utterance_noise(
-    tokens: int,
-    prompt_tokens: int,
-    generator: torch.Generator | None = None,
-    device: torch.device | None = None,
+    tokens: int, prompt_tokens: int, generator: torch.Generator | None = None
 ) -> UtteranceNoise:
     """The reference's draws for one utterance, in its order: the new frames' noise,
-    the whole call's (whose prompt part is kept), then HiFT's source. ``device``:
-    where to draw (that of ``generator`` when one is given)."""
-    if generator is not None:
-        device = generator.device
-    new = torch.randn(1, MELS, 2 * tokens, generator=generator, device=device)
-    flow = torch.randn(1, MELS, 2 * (tokens + prompt_tokens), generator=generator, device=device)
+    the whole call's (whose prompt part is kept), then HiFT's source."""
+    new = torch.randn(1, MELS, 2 * tokens, generator=generator)
+    flow = torch.randn(1, MELS, 2 * (tokens + prompt_tokens), generator=generator)
     flow[:, :, 2 * prompt_tokens :] = new
-    source = draw_source_noise(2 * tokens, generator=generator, device=device)
-    return UtteranceNoise(flow, source)
+    return UtteranceNoise(flow, draw_source_noise(2 * tokens, generator=generator))
 
 
 @dataclass(frozen=True)
