@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 import pytest
 
-from models.base import ModelInputError, SynthParams
+from models.base import ModelInputError, StepResult, SynthParams
 from models.tiny.model import TinyRunner, load
 from voiceserver.engine.client import ContextHandle, EngineClient, Overloaded
 from voiceserver.engine.core import EngineConfig, EngineCore
@@ -314,5 +314,80 @@ async def test_a_slow_preparation_never_delays_a_running_stream() -> None:
         # Chunks are 40 ms of audio; a stalled engine would leave one 1.5 s gap.
         assert len(during) >= 10 and gaps.max() < 0.5, gaps.max()
         live.cancel()
+    finally:
+        core.stop()
+
+
+class EndlessPromptRunner(TinyRunner):
+    """Contexts of voice ``tiny-b`` stay in their prompt for good: stepped, never
+    waiting, never a frame (a newcomer whose first frames are always still to come,
+    as under arrivals that never stop)."""
+
+    def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(options)
+        self.held: set[int] = set()
+
+    def execute(self, plan):  # type: ignore[no-untyped-def]
+        for slot in plan.free.tolist():
+            self.held.discard(slot)
+        for admit in plan.admit:
+            if admit.prepared.voice_index == 1:
+                self.held.add(admit.slot)
+        return super().execute(plan)
+
+    def _step(self, slots: np.ndarray):  # type: ignore[no-untyped-def]
+        held = np.isin(slots, list(self.held))
+        made = super()._step(slots[~held])
+        n = len(slots)
+
+        def spread(values: np.ndarray) -> np.ndarray:
+            out = np.zeros(n, values.dtype)
+            out[~held] = values
+            return out
+
+        return StepResult(
+            spread(made.counts),
+            made.frames,
+            spread(made.unit_end),
+            spread(made.finished),
+            spread(made.hit_limit),
+            spread(made.waiting),
+        )
+
+
+async def test_streams_are_topped_up_while_a_newcomer_waits_for_its_first_frames() -> None:
+    """While some context waits for its first frames, a playing stream is still
+    decoded ahead of playout up to the refill mark, not only just before its buffer
+    runs dry (arrivals that never stop had every stream decoded just in time, and
+    through the socket each one underran ~4 times in 8 s)."""
+    from models.tiny.model import TinyOptions
+
+    runner = EndlessPromptRunner(TinyOptions(max_contexts=2))
+    core, client = start(slots=2, runner=runner, max_chunk_frames=2, refill_s=0.5)
+    loop = asyncio.get_running_loop()
+    try:
+        got: list[tuple[float, int]] = []
+
+        def on_event(event: EngineEvent) -> None:
+            if isinstance(event, AudioChunk) and len(event.pcm):
+                got.append((loop.time(), len(event.pcm)))
+
+        waiting = client.open(SynthParams(voice="tiny-b"), Events())
+        waiting.append("forever")
+        await asyncio.sleep(0.1)
+        live = client.open(SynthParams(voice="tiny-a"), on_event)
+        live.append("x" * 200)  # 4 s of audio
+        await asyncio.sleep(1.5)
+        assert core._newcomers_waiting()  # noqa: SLF001 - the condition under test
+        first = got[0][0]
+        rate = core.model.vocoder.sample_rate
+        heard = loop.time() - first
+        received = sum(n for _, n in got) / rate
+        # Just in time would keep ~0.06 s ahead (1.5 steps + 20 ms); topped up, at
+        # least the refill mark less one 2-frame chunk.
+        assert received - heard >= 0.5 - 0.04 - 0.1, (received, heard)
+        assert received < 4.0  # the stream is paced, not decoded all at once
+        live.cancel()
+        waiting.cancel()
     finally:
         core.stop()
