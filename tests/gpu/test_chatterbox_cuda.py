@@ -40,10 +40,13 @@ def speak(model: LoadedModel, extra: dict) -> tuple[list[np.ndarray], list[np.nd
     return units, audio
 
 
-def test_cuda_fp32_equals_cpu(checkpoint: Path, no_tf32: None) -> None:
+@pytest.mark.parametrize("stream_decode", [False, True])
+def test_cuda_fp32_equals_cpu(checkpoint: Path, no_tf32: None, stream_decode: bool) -> None:
+    """Each decode mode the same on both devices (``auto`` streams on CUDA only, so
+    the mode is set: a streamed clause is not the whole-clause decode)."""
     extra = {"temperature": 0.0, "max_new_tokens": 30, "seed": 5}
-    cpu = load({"device": "cpu"}, checkpoint)
-    gpu = load({"device": "cuda"}, checkpoint)
+    cpu = load({"device": "cpu", "stream_decode": stream_decode}, checkpoint)
+    gpu = load({"device": "cuda", "stream_decode": stream_decode}, checkpoint)
     tokens_cpu, audio_cpu = speak(cpu, extra)
     tokens_gpu, audio_gpu = speak(gpu, extra)
     assert len(tokens_cpu) == 1 and len(audio_cpu) == 1  # one utterance
