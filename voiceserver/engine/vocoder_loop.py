@@ -48,10 +48,6 @@ class VocoderLoop:
         self.paused = np.zeros(streams, bool)
         self.emitted = np.zeros(streams, np.int64)
         self.chunk = np.full(streams, config.first_chunk_frames, np.int64)
-        self.largest = np.full(streams, config.first_chunk_frames, np.int64)
-        """The largest chunk each stream has had: a stream about to run dry goes at that
-        size rather than wait for its doubled next chunk (never smaller, so a loaded
-        server does not slide into ever smaller, costlier decoder calls)."""
         self.first_emit = np.full(streams, np.nan)
         self.emitted_s = np.zeros(streams)
         self.lead = np.full(streams, config.max_lead_s)
@@ -77,7 +73,6 @@ class VocoderLoop:
         self.paused[stream] = False
         self.emitted[stream] = 0
         self.chunk[stream] = first
-        self.largest[stream] = first
         self.first_emit[stream] = np.nan
         self.emitted_s[stream] = 0.0
         self.lead[stream] = self.config.max_lead_s if max_lead_s is None else max_lead_s
@@ -106,9 +101,7 @@ class VocoderLoop:
         """Decode one batch. ``starved`` (bool over streams) marks streams that get no
         more frames for now, so their partial chunks go out instead of waiting. With
         ``horizon``, only streams whose buffered audio runs out within that many
-        seconds (and newcomers, which have none yet) are decoded, each as soon as it has
-        its largest chunk so far: the doubled chunk comes only while the stream keeps
-        ahead (growing takes the model twice real time, which a loaded step lacks)."""
+        seconds (and newcomers, which have none yet) are decoded."""
         ring = self.ring
         closed = ring.unit_end >= 0
         whole = bool(self.vocoder.whole_units)
@@ -119,8 +112,7 @@ class VocoderLoop:
         deadline = np.where(np.isnan(self.first_emit), -np.inf, self.first_emit + self.emitted_s)
         ahead = self.emitted_s - (now - self.first_emit)  # nan before the first chunk
         ok = self.active & ~self.paused & (decodable > 0)
-        need = self.chunk if horizon is None else self.largest
-        ok &= (decodable >= need) | closed | starved
+        ok &= (decodable >= self.chunk) | closed | starved
         ok &= ~(ahead > self.lead)
         if horizon is not None:
             ok &= deadline - now < horizon
@@ -157,10 +149,8 @@ class VocoderLoop:
         fresh = np.isnan(self.first_emit[candidates])
         self.first_emit[candidates[fresh]] = now
         self.emitted_s[candidates] += counts * self._frame_s
-        grown = counts >= self.chunk[candidates]
-        self.largest[candidates] = np.maximum(self.largest[candidates], counts)
-        self.chunk[candidates[grown]] = np.minimum(
-            self.chunk[candidates[grown]] * 2, self.config.max_chunk_frames
+        self.chunk[candidates] = np.minimum(
+            self.chunk[candidates] * 2, self.config.max_chunk_frames
         )
         finished_units = candidates[ring.unit_end[candidates] == self.emitted[candidates]]
         for stream in finished_units.tolist():

@@ -223,26 +223,3 @@ def test_a_zero_horizon_takes_first_chunks_and_late_streams_only() -> None:
     assert decoded.streams.tolist() == [3]  # 1 and 2 still have 5 ms in hand
     decoded = loop.step(0.015, np.zeros(4, bool), 0.0)
     assert sorted(decoded.streams.tolist()) == [1, 2]  # theirs ran out at 10 ms: late
-
-
-def test_a_stream_about_to_run_dry_goes_at_its_largest_chunk_not_its_doubled_one() -> None:
-    """Chunks double while a stream keeps ahead; one whose audio runs out within the
-    horizon is decoded as soon as it has its largest chunk so far (waiting for the
-    doubled one needs the model at twice real time: each doubling underran under
-    load), and never at less, so a loaded server keeps its decoder calls large."""
-    voc = WindowVocoder(right=0)
-    loop, ring = make(voc, first=2, max_chunk=8)
-    loop.open(0, "a")
-    push(ring, 0, np.ones((2, 1), np.float32))
-    assert len(step(loop, 0.0)[0]) == 20  # the first chunk: 20 ms of audio from t=0
-    push(ring, 0, np.ones((3, 1), np.float32))  # 3 frames: short of the doubled 4
-    assert not loop.step(0.005, np.zeros(4, bool)).streams.size  # no horizon: waits
-    assert not loop.step(0.005, np.zeros(4, bool), 0.01).streams.size  # 15 ms in hand
-    decoded = loop.step(0.015, np.zeros(4, bool), 0.01)  # 5 ms left: runs dry soon
-    assert decoded.streams.tolist() == [0] and voc.calls[-1] == [("a", 3)]
-    assert loop.chunk[0] == 4  # no doubling from a short chunk
-    push(ring, 0, np.ones((1, 1), np.float32))  # 1 frame: under the largest (3)
-    assert not loop.step(0.05, np.zeros(4, bool), 0.01).streams.size
-    push(ring, 0, np.ones((3, 1), np.float32))
-    decoded = loop.step(0.05, np.zeros(4, bool))  # ahead or not, 4 frames: the full chunk
-    assert voc.calls[-1] == [("a", 4)] and loop.chunk[0] == 8
