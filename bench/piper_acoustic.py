@@ -50,7 +50,7 @@ from onnxruntime.quantization import (
 
 from bench.stats import summarize
 from models.piper.acoustic import PiperRunner
-from models.piper.durations import AcousticGraphs
+from models.piper.durations import FLOW_REACH, AcousticGraphs
 from models.piper.loader import load, voice_files
 from models.piper.options import PiperOptions
 from models.piper.split import SplitGraphs, split_voice
@@ -79,9 +79,6 @@ POOL = 2
 WINDOW = 8 + 16
 """configs/piper-joe.yaml: a first chunk of 8 frames is decoded with 16 frames of right
 context (none on the left at a unit's start)."""
-FLOW_REACH = 32
-"""Frames the expansion's flow lets one frame depend on, each way: 4 couplings of a
-4-layer WaveNet with kernel 5 (2 frames a layer)."""
 TARGET_MS = 100.0
 SPECTRUM = (1024, 256)
 """FFT size and hop of the magnitude spectra compared besides the waveforms."""
@@ -115,6 +112,7 @@ def graphs(
         raw_durations_name=split.raw_durations_name,
         durations_name=split.durations_name,
         cut_names=split.cut_names,
+        noise_name=split.noise_name,
     )
 
 
@@ -151,6 +149,9 @@ def expansion_feeds(
     wanted = {i.name for i in g.expansion.get_inputs()}
     if "scales" in wanted:
         given["scales"] = SCALES
+    if g.noise_name is not None:  # noise 0: the draw is multiplied away
+        frames = int(durations.sum(axis=-1).max())
+        given[g.noise_name] = np.zeros((len(durations), g.channels, frames), np.float32)
     return given
 
 
@@ -176,16 +177,10 @@ def run_batch(g: AcousticGraphs, units: Units, durations: Units | None = None) -
 
 
 def first_window(g: AcousticGraphs, unit: np.ndarray, frames: int) -> np.ndarray:
-    """The unit's first ``frames`` latent frames: ``timing`` on the whole unit (its text
-    encoder attends over all of it), ``expansion`` on only the ids that make those
-    frames and the flow's reach after them (exact: nothing further reaches back)."""
-    assert g.expansion is not None
-    raw, *cut = run_timing(g, padded([unit]))
-    whole = np.ceil(raw)
-    ids = int(np.searchsorted(np.cumsum(whole[0, 0]), frames + FLOW_REACH)) + 1
-    cut = [c[..., :ids] if c.shape[-1] == len(unit) else c for c in cut]
-    (latent,) = g.expansion.run([g.latent_name], expansion_feeds(g, cut, whole[..., :ids]))
-    return np.ascontiguousarray(latent[0, :, :frames].T)
+    """The unit's first ``frames`` latent frames as the server makes a context's first
+    window (``AcousticGraphs.expand`` with ``frames``): ``timing`` on the whole unit,
+    ``expansion`` on just the ids that make those frames and the flow's reach."""
+    return g.expand(g.time(unit, SCALES, 1.0), frames)
 
 
 def timed(calls: list[float], fn: Callable[[], Any]) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from models.base import (
     WordFrames,
 )
 from models.fields import SPEED
-from models.piper.durations import AcousticGraphs
+from models.piper.durations import FLOW_REACH, AcousticGraphs, Timed
 from models.piper.frontend import PiperFrontend
 
 MAX_FRAMES_PER_STEP = 128
@@ -65,6 +65,26 @@ class _Slot:
     """Frames of this context synthesized before the current unit's rest."""
     last_word: int = -1
     """The last word reported (a word cut across units is reported once)."""
+    rest_of_unit: Timed | None = None
+    """The current unit when only its first window is expanded: the rest's turn is
+    the slot's next step."""
+    rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    """The latent's noise."""
+
+
+@dataclass
+class _Job:
+    """One slot's acoustic call in a step."""
+
+    state: _Slot
+    unit: np.ndarray | None = None
+    """A new unit's ids."""
+    words: np.ndarray | None = None
+    """Where the new unit's words are (None: no timing asked)."""
+    window: int = 0
+    """Expand only this many first frames now (0: the whole unit)."""
+    rest_of: Timed | None = None
+    """The unit whose frames after its first window are due."""
 
 
 class PiperRunner(ModelRunner):
@@ -80,15 +100,19 @@ class PiperRunner(ModelRunner):
         scales: tuple[float, float, float],
         max_contexts: int,
         workers: int = 1,
+        first_window: int = 0,
     ) -> None:
         """``workers``: acoustic calls of one step run on this many threads at once
-        (onnxruntime releases the GIL; a session takes concurrent calls)."""
+        (onnxruntime releases the GIL; a session takes concurrent calls).
+        ``first_window``: latent frames of a context's first unit expanded at once,
+        the rest in its next step (0: whole units; ``PiperOptions.first_window_frames``)."""
         self._graphs = graphs
         self._pool = ThreadPoolExecutor(workers, "piper-acoustic") if workers > 1 else None
         self.frontend = frontend
         self.capabilities = capabilities
         self._noise, self._length, self._noise_w = scales
         self._max_contexts = max_contexts
+        self._first_window = first_window if graphs.expands_in_parts else 0
         self._slots: dict[int, _Slot] = {}
         self.frame_dim = graphs.channels
 
@@ -148,16 +172,21 @@ class PiperRunner(ModelRunner):
         frames: list[np.ndarray] = []
         timed: list[tuple[int, int, int, int]] = []
         states = [self._slots[slot] for slot in plan.step.tolist()]
-        # Every stepped context without frames in hand starts its next unit: their
-        # acoustic calls run together, then each hands out its frames.
-        starting = [row for row, s in enumerate(states) if s.rest is None and s.pending]
-        work = [(states[row].pending.popleft(), states[row]) for row in starting]
-        words = [states[row].words.popleft() for row in starting]
-        made = self._synthesize(work)
-        for row, unit_words, (latent, durations) in zip(starting, words, made, strict=True):
-            states[row].rest = latent
-            if unit_words is not None and durations is not None:
-                timed.extend(self._word_frames(row, states[row], unit_words, durations))
+        # Every stepped context without frames in hand goes on with its unit (the
+        # rest after a first window) or starts its next one: their acoustic calls
+        # run together, then each hands out its frames.
+        starting = [
+            row
+            for row, s in enumerate(states)
+            if s.rest is None and (s.rest_of_unit is not None or s.pending)
+        ]
+        jobs = [self._job(states[row]) for row in starting]
+        made = self._synthesize(jobs)
+        for row, job, (latent, durations) in zip(starting, jobs, made, strict=True):
+            state = states[row]
+            state.rest = latent
+            if job.words is not None and durations is not None:
+                timed.extend(self._word_frames(row, state, job.words, durations))
         for row, state in enumerate(states):
             if state.rest is not None:
                 out, rest = state.rest[:MAX_FRAMES_PER_STEP], state.rest[MAX_FRAMES_PER_STEP:]
@@ -165,8 +194,8 @@ class PiperRunner(ModelRunner):
                 frames.append(out)
                 counts[row] = len(out)
                 state.made += len(out)
-                unit_end[row] = state.rest is None
-            done = state.rest is None and not state.pending
+                unit_end[row] = state.rest is None and state.rest_of_unit is None
+            done = state.rest is None and state.rest_of_unit is None and not state.pending
             finished[row] = done and state.closed
             waiting[row] = done and not state.closed
         stacked = np.concatenate(frames) if frames else np.zeros((0, self.frame_dim), np.float32)
@@ -174,27 +203,42 @@ class PiperRunner(ModelRunner):
             counts, stacked, unit_end, finished, np.zeros(n, bool), waiting, WordFrames.of(timed)
         )
 
-    def _synthesize(
-        self, work: list[tuple[np.ndarray, _Slot]]
-    ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """Each unit's latent and frames per id: side by side on the pool when there is
-        more than one."""
+    def _job(self, state: _Slot) -> _Job:
+        """What a starting slot's acoustic call is: the rest of its unit, or its next
+        unit (a context's first in two parts, when its first window is short of it)."""
+        if state.rest_of_unit is not None:
+            timed, state.rest_of_unit = state.rest_of_unit, None
+            return _Job(state, rest_of=timed)
+        unit, words = state.pending.popleft(), state.words.popleft()
+        window = self._first_window if state.made == 0 else 0
+        return _Job(state, unit=unit, words=words, window=window)
 
-        def run(item: tuple[np.ndarray, _Slot]) -> tuple[np.ndarray, np.ndarray | None]:
-            unit, state = item
-            return self._graphs.run(unit, state.scales, state.speed)
+    def _run(self, job: _Job) -> tuple[np.ndarray, np.ndarray | None]:
+        graphs, state = self._graphs, job.state
+        if job.rest_of is not None:
+            return graphs.expand(job.rest_of)[self._first_window :], None
+        assert job.unit is not None
+        if not job.window:
+            return graphs.run(job.unit, state.scales, state.speed, state.rng)
+        timed = graphs.time(job.unit, state.scales, state.speed, state.rng)
+        if timed.frames <= job.window + FLOW_REACH:  # a part would cost the whole
+            return graphs.expand(timed), timed.durations
+        state.rest_of_unit = timed
+        return graphs.expand(timed, job.window), timed.durations
 
-        if self._pool is None or len(work) < 2:
-            return [run(item) for item in work]
-        return list(self._pool.map(run, work))
+    def _synthesize(self, jobs: list[_Job]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Each job's latent and frames per id (None: no new unit's timing): side by
+        side on the pool when there is more than one."""
+        if self._pool is None or len(jobs) < 2:
+            return [self._run(job) for job in jobs]
+        return list(self._pool.map(self._run, jobs))
 
     def _word_frames(
         self, row: int, state: _Slot, words: np.ndarray, durations: np.ndarray
     ) -> list[tuple[int, int, int, int]]:
         """``(row, word, start, end)`` of the words of a unit just synthesized, whose
         frames start after the ``state.made`` frames handed out before it."""
-        assert state.rest is not None
-        frames = len(state.rest)
+        frames = int(durations.sum())
         edges = np.minimum(np.concatenate(([0], np.cumsum(durations))), frames) + state.made
         out = []
         for word, first, end in words.tolist():

@@ -35,6 +35,26 @@ def scaled_durations(frames: np.ndarray, speed: float) -> np.ndarray:
     return np.diff(edges, prepend=0)
 
 
+FLOW_REACH = 32
+"""Latent frames one frame of ``expansion``'s output depends on, each way: the flow's
+4 couplings, each a 4-layer WaveNet of kernel 5 (2 frames a layer)."""
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A unit after ``timing``: what ``expansion`` reads, and its frames per id."""
+
+    given: dict[str, np.ndarray]
+    """``expansion``'s inputs: the text encoder's tensors, the frames per id, the
+    scales, and the latent's noise."""
+    durations: np.ndarray
+    """Whole frames per id (int64); they add up to the unit's latent frames."""
+
+    @property
+    def frames(self) -> int:
+        return int(self.durations.sum())
+
+
 @dataclass(frozen=True)
 class AcousticGraphs:
     """The acoustic half as ``timing`` then ``expansion`` (``models.piper.split``),
@@ -49,36 +69,92 @@ class AcousticGraphs:
     durations_name: str | None = None
     cut_names: tuple[str, ...] = ()
     acoustic: ort.InferenceSession | None = None
+    noise_name: str | None = None
+    """``expansion``'s input for the latent's noise (None: the graph draws it)."""
 
     @property
     def has_durations(self) -> bool:
         return self.timing is not None
 
+    @property
+    def expands_in_parts(self) -> bool:
+        """A unit's first frames can be expanded alone, then the whole unit, with
+        the same noise (:meth:`expand` with ``frames``)."""
+        return self.has_durations and self.noise_name is not None
+
     def run(
-        self, ids: np.ndarray, scales: np.ndarray, speed: float
+        self,
+        ids: np.ndarray,
+        scales: np.ndarray,
+        speed: float,
+        rng: np.random.Generator | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """The unit's latent [frames, channels] and its frames per id (None without a
         durations node: then speed goes into the length scale, as Piper does)."""
-        feeds = {
-            "input": ids[None].astype(np.int64, copy=False),
-            "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-            "scales": scales,
-        }
         if self.timing is None or self.expansion is None:
             assert self.acoustic is not None
             length = scales.copy()
             length[1] /= speed
-            (latent,) = self.acoustic.run([self.latent_name], {**feeds, "scales": length})
+            feeds = {**_feeds(ids, scales), "scales": length}
+            (latent,) = self.acoustic.run([self.latent_name], feeds)
             return _frames(latent), None
+        timed = self.time(ids, scales, speed, rng)
+        return self.expand(timed), timed.durations
+
+    def time(
+        self,
+        ids: np.ndarray,
+        scales: np.ndarray,
+        speed: float,
+        rng: np.random.Generator | None = None,
+    ) -> Timed:
+        """``timing`` over the whole unit (its text encoder attends over all of it),
+        and the latent's noise drawn from ``rng`` (none at noise scale 0)."""
+        assert self.timing is not None and self.expansion is not None
         assert self.raw_durations_name is not None and self.durations_name is not None
+        feeds = _feeds(ids, scales)
         raw, *cut = self.timing.run([self.raw_durations_name, *self.cut_names], feeds)
         durations = scaled_durations(np.ceil(raw), speed)
         wanted = {i.name for i in self.expansion.get_inputs()}
         given = dict(zip(self.cut_names, cut, strict=True))
         given[self.durations_name] = durations.astype(raw.dtype).reshape(raw.shape)
         given.update((name, value) for name, value in feeds.items() if name in wanted)
+        if self.noise_name is not None:
+            shape = (1, self.channels, int(durations.sum()))
+            if float(scales[0]) == 0.0:
+                given[self.noise_name] = np.zeros(shape, np.float32)
+            else:
+                draw = rng if rng is not None else np.random.default_rng()
+                given[self.noise_name] = draw.standard_normal(shape, np.float32)
+        return Timed(given, durations)
+
+    def expand(self, timed: Timed, frames: int | None = None) -> np.ndarray:
+        """The unit's latent [frames, channels]; with ``frames``, only its first
+        ``frames``, from just the ids that make them and the flow's reach after them
+        (nothing further reaches back, so they are the whole unit's first frames)."""
+        assert self.expansion is not None
+        given = timed.given
+        if frames is not None and frames + FLOW_REACH < timed.frames:
+            assert self.noise_name is not None, "a part needs the noise as an input"
+            used = int(np.searchsorted(np.cumsum(timed.durations), frames + FLOW_REACH)) + 1
+            per_id = {*self.cut_names, self.durations_name}
+            given = {
+                name: value[..., :used] if name in per_id else value
+                for name, value in given.items()
+            }
+            made = int(timed.durations[:used].sum())
+            given[self.noise_name] = timed.given[self.noise_name][..., :made]
         (latent,) = self.expansion.run([self.latent_name], given)
-        return _frames(latent), durations
+        out = _frames(latent)
+        return out if frames is None else out[:frames]
+
+
+def _feeds(ids: np.ndarray, scales: np.ndarray) -> dict[str, np.ndarray]:
+    return {
+        "input": ids[None].astype(np.int64, copy=False),
+        "input_lengths": np.asarray([len(ids)], dtype=np.int64),
+        "scales": scales,
+    }
 
 
 def _frames(latent: np.ndarray) -> np.ndarray:

@@ -63,6 +63,11 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         raise ValueError(
             f"model.acoustic_workers must be 0 or more, got {options.acoustic_workers}"
         )
+    if options.first_window_frames < 0:
+        raise ValueError(
+            "model.first_window_frames must be 0 (whole units) or more, got "
+            f"{options.first_window_frames}"
+        )
     acoustic_options = session_options
     if workers > 1:  # the calls run side by side, a core each
         acoustic_options = ort.SessionOptions()
@@ -82,6 +87,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         raw_durations_name=graphs.raw_durations_name,
         durations_name=graphs.durations_name,
         cut_names=graphs.cut_names,
+        noise_name=graphs.noise_name,
         acoustic=session(graphs.acoustic),
     )
     decoder_session = ort.InferenceSession(graphs.decoder, session_options, providers=providers)
@@ -108,6 +114,7 @@ def load(raw_options: Mapping[str, Any], checkpoint: Path | None = None) -> Load
         scales,
         options.max_contexts,
         workers,
+        options.first_window_frames,
     )
     vocoder = PiperVocoder(
         decoder_session,

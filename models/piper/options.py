@@ -37,6 +37,13 @@ class PiperOptions:
     """Let onnxruntime's intra-op threads spin between calls (its default). Off: each of
     the four sessions' idle threads would otherwise spin on cores the others, the
     engine and the event loop need."""
+    first_window_frames: int = 40
+    """A context's first unit is expanded in two calls: its first this many latent
+    frames at once (the text encoder and durations still run over the whole unit,
+    so they are the whole unit's frames), the rest in the context's next step. The
+    first audio then waits for ~half the unit's acoustic time. 40 covers the first
+    two chunks' decode windows (8 + 16 frames and 16 of right context); 0 expands
+    whole units only."""
     max_unit_ids: int = 400
     """Most phoneme ids in one unit (one acoustic call). A longer sentence is cut
     into several units, after punctuation, else between words, else anywhere;

@@ -14,6 +14,11 @@ tensors the rest needs) and ``expansion`` (those tensors and whole frames per
 id -> the latent). Fed the ``Ceil`` of the raw durations, the two give exactly
 the acoustic half's latent. A graph without that ``Ceil`` keeps its acoustic
 half whole.
+
+The latent's noise (``z_p = m_p + noise * exp(logs_p) * noise_scale``, drawn by a
+``RandomNormalLike`` inside ``expansion``) becomes an input of ``expansion``, so
+the runner draws it: a unit's first frames can then be expanded alone and the
+whole unit later with the same draw, and the two agree where they overlap.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class SplitGraphs:
     """The duration predictor's frames per id before rounding up (the ``Ceil``'s input)."""
     cut_names: tuple[str, ...] = ()
     """Tensors that ``timing`` hands to ``expansion`` (the text encoder's outputs)."""
+    noise_name: str | None = None
+    """An input of ``expansion``: the latent's standard normal noise, float32
+    [batch, channels, frames] (None: the graph draws it itself)."""
 
 
 def split_voice(model_path: Path) -> SplitGraphs:
@@ -70,6 +78,7 @@ def split_voice(model_path: Path) -> SplitGraphs:
     cut, read = _cut_at_durations(model.graph, inputs, raw, durations, latent)
     timing = extractor.extract_model(inputs, [raw, *cut])
     expansion = extractor.extract_model([*cut, durations, *read], [latent])
+    noise = _noise_as_input(expansion)
     return SplitGraphs(
         acoustic=None,
         decoder=decoder,
@@ -81,7 +90,30 @@ def split_voice(model_path: Path) -> SplitGraphs:
         expansion=expansion.SerializeToString(),
         raw_durations_name=raw,
         cut_names=cut,
+        noise_name=noise,
     )
+
+
+def _noise_as_input(model: onnx.ModelProto) -> str | None:
+    """Replace the graph's one standard normal draw by an input of the same name;
+    its name, or None (left as it is) unless there is exactly one such draw."""
+    draws = [node for node in model.graph.node if node.op_type == "RandomNormalLike"]
+    if len(draws) != 1:
+        return None
+    (draw,) = draws
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in draw.attribute}
+    if attributes.get("mean", 0.0) != 0.0 or attributes.get("scale", 1.0) != 1.0:
+        return None
+    if attributes.get("dtype", onnx.TensorProto.FLOAT) != onnx.TensorProto.FLOAT:
+        return None
+    name = str(draw.output[0])
+    model.graph.node.remove(draw)
+    model.graph.input.append(
+        onnx.helper.make_tensor_value_info(
+            name, onnx.TensorProto.FLOAT, ["batch", "channels", "frames"]
+        )
+    )
+    return name
 
 
 def _durations(model: onnx.ModelProto) -> onnx.NodeProto | None:

@@ -57,6 +57,8 @@ def test_split_graphs_compose_to_the_original_exactly() -> None:
     rest = dict(zip(graphs.cut_names, cut, strict=True))
     rest[graphs.durations_name] = durations
     rest["scales"] = feeds["scales"]
+    assert graphs.noise_name is not None  # the latent's noise: drawn by the runner
+    rest[graphs.noise_name] = np.zeros((1, graphs.channels, int(durations.sum())), np.float32)
     (latent,) = expansion.run([graphs.latent_name], rest)
     assert latent.shape[1] == graphs.channels == 192
     # The frames per id add up to the latent's length.
