@@ -35,7 +35,7 @@ from models.base import (
     WordFrames,
 )
 from models.fields import SPEED
-from models.piper.durations import FLOW_REACH, AcousticGraphs, Timed
+from models.piper.durations import AcousticGraphs, Timed
 from models.piper.frontend import PiperFrontend
 
 MAX_FRAMES_PER_STEP = 128
@@ -221,7 +221,7 @@ class PiperRunner(ModelRunner):
         if not job.window:
             return graphs.run(job.unit, state.scales, state.speed, state.rng)
         timed = graphs.time(job.unit, state.scales, state.speed, state.rng)
-        if timed.frames <= job.window + FLOW_REACH:  # a part would cost the whole
+        if not timed.splits_at(job.window):  # a part would cost the whole
             return graphs.expand(timed), timed.durations
         state.rest_of_unit = timed
         return graphs.expand(timed, job.window), timed.durations
@@ -238,8 +238,7 @@ class PiperRunner(ModelRunner):
     ) -> list[tuple[int, int, int, int]]:
         """``(row, word, start, end)`` of the words of a unit just synthesized, whose
         frames start after the ``state.made`` frames handed out before it."""
-        frames = int(durations.sum())
-        edges = np.minimum(np.concatenate(([0], np.cumsum(durations))), frames) + state.made
+        edges = np.concatenate(([0], np.cumsum(durations))) + state.made
         out = []
         for word, first, end in words.tolist():
             if word > state.last_word:

@@ -54,6 +54,11 @@ class Timed:
     def frames(self) -> int:
         return int(self.durations.sum())
 
+    def splits_at(self, frames: int) -> bool:
+        """Whether the first ``frames`` can be expanded for less than the whole unit:
+        they and the flow's reach after them are short of its end."""
+        return frames + FLOW_REACH < self.frames
+
 
 @dataclass(frozen=True)
 class AcousticGraphs:
@@ -134,7 +139,7 @@ class AcousticGraphs:
         (nothing further reaches back, so they are the whole unit's first frames)."""
         assert self.expansion is not None
         given = timed.given
-        if frames is not None and frames + FLOW_REACH < timed.frames:
+        if frames is not None and timed.splits_at(frames):
             assert self.noise_name is not None, "a part needs the noise as an input"
             used = int(np.searchsorted(np.cumsum(timed.durations), frames + FLOW_REACH)) + 1
             per_id = {*self.cut_names, self.durations_name}

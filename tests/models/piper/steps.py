@@ -7,6 +7,9 @@ import numpy as np
 from models.base import Admit, Feed, SynthParams
 from tests.models.drive import plan
 
+QUIET = {"noise_scale": 0, "noise_w_scale": 0}
+"""Model options that make the voice deterministic."""
+
 
 def step_all(model, texts: list[str]) -> list[tuple[np.ndarray, list[tuple[int, int, int]]]]:  # type: ignore[no-untyped-def]
     """Every text's context admitted in one plan and stepped together to its end: its

@@ -13,6 +13,7 @@ from models.base import DecodeItem, SynthParams
 from models.piper.loader import load
 from models.piper.split import split_voice
 from tests.models.drive import chunk_items, units_of
+from tests.models.piper.steps import QUIET
 
 TEXT = "Hello there, how are you today? The quick brown fox jumps over the lazy dog."
 
@@ -29,7 +30,7 @@ def voice() -> PiperVoice:
 
 @pytest.fixture(scope="module")
 def model():  # type: ignore[no-untyped-def]
-    return load({"noise_scale": 0, "noise_w_scale": 0})
+    return load(QUIET)
 
 
 def one_shot(voice: PiperVoice, text: str) -> list[np.ndarray]:

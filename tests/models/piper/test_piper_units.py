@@ -16,6 +16,7 @@ from models.piper.frontend import PiperFrontend
 from models.piper.loader import load
 from models.piper.options import PiperOptions
 from tests.models.drive import plan, units_of
+from tests.models.piper.steps import QUIET
 
 CAP = PiperOptions().max_unit_ids
 PARAMS = SynthParams(voice="joe")
@@ -36,7 +37,7 @@ def config() -> PiperConfig:
 def model() -> LoadedModel:
     # Two threads whatever the machine: onnxruntime's scratch memory grows with
     # its thread count, and the memory bound below is for a fixed setup.
-    return load({"noise_scale": 0, "noise_w_scale": 0, "threads": 2})
+    return load({**QUIET, "threads": 2})
 
 
 def phoneme_id(config: PiperConfig, phoneme: str) -> int:

@@ -9,9 +9,8 @@ import pytest
 from models.base import Admit, Feed, SynthParams
 from models.piper.loader import load
 from tests.models.drive import plan
-from tests.models.piper.steps import step_all
+from tests.models.piper.steps import QUIET, step_all
 
-QUIET = {"noise_scale": 0, "noise_w_scale": 0}
 LONG = "The first sentence is long enough that its window is only a part of it, by far."
 
 

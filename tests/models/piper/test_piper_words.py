@@ -10,13 +10,14 @@ from models.base import Admit, Feed, LoadedModel, SynthParams
 from models.piper.frontend import _owners
 from models.piper.loader import load
 from tests.models.drive import plan
+from tests.models.piper.steps import QUIET
 
 TEXT = "Hello there, Dr. Smith! It is 1990, and the weather is fine. Bye."
 
 
 @pytest.fixture(scope="module")
 def model() -> LoadedModel:
-    return load({"noise_scale": 0, "noise_w_scale": 0})
+    return load(QUIET)
 
 
 def run(model: LoadedModel, text: str, speed: float = 1.0) -> tuple[list, int]:  # type: ignore[type-arg]
@@ -80,7 +81,7 @@ def test_word_lengths_follow_speed(model: LoadedModel) -> None:
 
 
 def test_a_sentence_cut_mid_word_times_that_word_once() -> None:
-    tiny_units = load({"noise_scale": 0, "noise_w_scale": 0, "max_unit_ids": 40})
+    tiny_units = load({**QUIET, "max_unit_ids": 40})
     text = "Incomprehensibilities notwithstanding, antidisestablishmentarianism persists."
     aligned = tiny_units.runner.encode_aligned(text)
     assert len(aligned.units) > 2

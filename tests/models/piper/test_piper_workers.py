@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 
 from models.piper.loader import load
-from tests.models.piper.steps import step_all
+from tests.models.piper.steps import QUIET, step_all
 
 TEXTS = [
     "The first sentence, read while another one is read beside it.",
     "A second sentence of another length entirely.",
     "Third.",
 ]
-QUIET = {"noise_scale": 0, "noise_w_scale": 0}
 
 
 @pytest.mark.parametrize("workers", [2, 3])
